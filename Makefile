@@ -1,0 +1,29 @@
+# Build with PGXS. `make test` and `make demo` bootstrap a fresh machine first
+# (packages, build, install), so they must work before pg_config exists.
+EXTENSION = idempotency
+MODULE_big = idempotency
+OBJS = src/module.o src/boundary.o src/sha256.o src/request_hash.o src/store.o src/api.o
+DATA = $(wildcard sql/idempotency--*.sql)
+DOCS = README.md
+
+PG_CONFIG ?= pg_config
+# C++17; PostgreSQL headers are treated as system headers so -Wextra judges only our code.
+WERROR ?=
+PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-register $(WERROR)
+SHLIB_LINK = -lstdc++ -lcrypto
+# Debian builds the server --with-llvm; JIT-inlining our C++ buys nothing, so no bitcode.
+override with_llvm = no
+
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+ifneq ($(wildcard $(PGXS)),)
+include $(PGXS)
+override CPPFLAGS := $(patsubst -I$(includedir_server),-isystem $(includedir_server),$(patsubst -I$(includedir_internal),-isystem $(includedir_internal),$(CPPFLAGS)))
+endif
+
+.PHONY: test demo bench
+test:
+	bash test/run
+demo:
+	bash test/demo
+bench:
+	bash test/pgbench/run

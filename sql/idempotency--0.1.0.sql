@@ -1,0 +1,245 @@
+\echo Use "CREATE EXTENSION idempotency" to load this file. \quit
+
+-- ---------------------------------------------------------------------------
+-- request_hash: a 32-byte SHA-256 digest of a request
+-- ---------------------------------------------------------------------------
+
+CREATE TYPE @extschema@.request_hash;
+
+CREATE FUNCTION @extschema@.request_hash_in(cstring) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_in' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_out(@extschema@.request_hash) RETURNS cstring
+    AS 'MODULE_PATHNAME', 'request_hash_out' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_recv(internal) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_recv' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_send(@extschema@.request_hash) RETURNS bytea
+    AS 'MODULE_PATHNAME', 'request_hash_send' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE TYPE @extschema@.request_hash (
+    INPUT = @extschema@.request_hash_in,
+    OUTPUT = @extschema@.request_hash_out,
+    RECEIVE = @extschema@.request_hash_recv,
+    SEND = @extschema@.request_hash_send,
+    INTERNALLENGTH = 32,
+    ALIGNMENT = char,
+    STORAGE = plain
+);
+COMMENT ON TYPE @extschema@.request_hash IS
+    'SHA-256 fingerprint of a request (32 bytes; text form is 64 lowercase hex digits)';
+COMMENT ON FUNCTION @extschema@.request_hash_in(cstring) IS 'request_hash text input (64 hex digits)';
+COMMENT ON FUNCTION @extschema@.request_hash_out(@extschema@.request_hash) IS 'request_hash text output';
+COMMENT ON FUNCTION @extschema@.request_hash_recv(internal) IS 'request_hash binary input';
+COMMENT ON FUNCTION @extschema@.request_hash_send(@extschema@.request_hash) IS 'request_hash binary output';
+
+-- Constructors: each hashes its argument.
+CREATE FUNCTION @extschema@.request_hash(bytea) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_from_bytea' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash(bytea) IS 'SHA-256 of the bytes';
+CREATE FUNCTION @extschema@.request_hash(text) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_from_text' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash(text) IS 'SHA-256 of the text''s UTF-8 bytes';
+CREATE FUNCTION @extschema@.request_hash(jsonb) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_from_jsonb' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash(jsonb) IS
+    'SHA-256 of a canonical encoding of the document: documents equal as jsonb hash alike';
+CREATE FUNCTION @extschema@.request_hash(VARIADIC text[]) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_from_parts' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash(VARIADIC text[]) IS
+    'SHA-256 of length-prefixed parts (e.g. method, path, body); NULL parts differ from empty ones';
+
+-- Casts wrap or expose an existing 32-byte digest; they do not hash.
+CREATE FUNCTION @extschema@.request_hash_from_digest(bytea) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_from_digest' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash_from_digest(bytea) IS
+    'wrap an existing 32-byte SHA-256 digest (the bytea to request_hash cast)';
+CREATE FUNCTION @extschema@.request_hash_digest(@extschema@.request_hash) RETURNS bytea
+    AS 'MODULE_PATHNAME', 'request_hash_digest' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash_digest(@extschema@.request_hash) IS
+    'the 32 digest bytes (the request_hash to bytea cast)';
+CREATE CAST (bytea AS @extschema@.request_hash)
+    WITH FUNCTION @extschema@.request_hash_from_digest(bytea);
+CREATE CAST (@extschema@.request_hash AS bytea)
+    WITH FUNCTION @extschema@.request_hash_digest(@extschema@.request_hash);
+
+-- Comparison: byte-wise, so the btree order is the order of the hex text.
+CREATE FUNCTION @extschema@.request_hash_eq(@extschema@.request_hash, @extschema@.request_hash) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'request_hash_eq' LANGUAGE C IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_ne(@extschema@.request_hash, @extschema@.request_hash) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'request_hash_ne' LANGUAGE C IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_lt(@extschema@.request_hash, @extschema@.request_hash) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'request_hash_lt' LANGUAGE C IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_le(@extschema@.request_hash, @extschema@.request_hash) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'request_hash_le' LANGUAGE C IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_gt(@extschema@.request_hash, @extschema@.request_hash) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'request_hash_gt' LANGUAGE C IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_ge(@extschema@.request_hash, @extschema@.request_hash) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'request_hash_ge' LANGUAGE C IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_cmp(@extschema@.request_hash, @extschema@.request_hash) RETURNS integer
+    AS 'MODULE_PATHNAME', 'request_hash_cmp' LANGUAGE C IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_hash(@extschema@.request_hash) RETURNS integer
+    AS 'MODULE_PATHNAME', 'request_hash_hash' LANGUAGE C IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_hash_extended(@extschema@.request_hash, bigint) RETURNS bigint
+    AS 'MODULE_PATHNAME', 'request_hash_hash_extended' LANGUAGE C IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash_eq(@extschema@.request_hash, @extschema@.request_hash) IS 'implementation of = for request_hash';
+COMMENT ON FUNCTION @extschema@.request_hash_ne(@extschema@.request_hash, @extschema@.request_hash) IS 'implementation of <> for request_hash';
+COMMENT ON FUNCTION @extschema@.request_hash_lt(@extschema@.request_hash, @extschema@.request_hash) IS 'implementation of < for request_hash';
+COMMENT ON FUNCTION @extschema@.request_hash_le(@extschema@.request_hash, @extschema@.request_hash) IS 'implementation of <= for request_hash';
+COMMENT ON FUNCTION @extschema@.request_hash_gt(@extschema@.request_hash, @extschema@.request_hash) IS 'implementation of > for request_hash';
+COMMENT ON FUNCTION @extschema@.request_hash_ge(@extschema@.request_hash, @extschema@.request_hash) IS 'implementation of >= for request_hash';
+COMMENT ON FUNCTION @extschema@.request_hash_cmp(@extschema@.request_hash, @extschema@.request_hash) IS 'btree comparison support for request_hash';
+COMMENT ON FUNCTION @extschema@.request_hash_hash(@extschema@.request_hash) IS 'hash support for request_hash';
+COMMENT ON FUNCTION @extschema@.request_hash_hash_extended(@extschema@.request_hash, bigint) IS 'seeded hash support for request_hash';
+
+CREATE OPERATOR @extschema@.= (
+    LEFTARG = @extschema@.request_hash, RIGHTARG = @extschema@.request_hash,
+    FUNCTION = @extschema@.request_hash_eq,
+    COMMUTATOR = OPERATOR(@extschema@.=), NEGATOR = OPERATOR(@extschema@.<>),
+    RESTRICT = eqsel, JOIN = eqjoinsel, HASHES, MERGES
+);
+CREATE OPERATOR @extschema@.<> (
+    LEFTARG = @extschema@.request_hash, RIGHTARG = @extschema@.request_hash,
+    FUNCTION = @extschema@.request_hash_ne,
+    COMMUTATOR = OPERATOR(@extschema@.<>), NEGATOR = OPERATOR(@extschema@.=),
+    RESTRICT = neqsel, JOIN = neqjoinsel
+);
+CREATE OPERATOR @extschema@.< (
+    LEFTARG = @extschema@.request_hash, RIGHTARG = @extschema@.request_hash,
+    FUNCTION = @extschema@.request_hash_lt,
+    COMMUTATOR = OPERATOR(@extschema@.>), NEGATOR = OPERATOR(@extschema@.>=),
+    RESTRICT = scalarltsel, JOIN = scalarltjoinsel
+);
+CREATE OPERATOR @extschema@.<= (
+    LEFTARG = @extschema@.request_hash, RIGHTARG = @extschema@.request_hash,
+    FUNCTION = @extschema@.request_hash_le,
+    COMMUTATOR = OPERATOR(@extschema@.>=), NEGATOR = OPERATOR(@extschema@.>),
+    RESTRICT = scalarlesel, JOIN = scalarlejoinsel
+);
+CREATE OPERATOR @extschema@.> (
+    LEFTARG = @extschema@.request_hash, RIGHTARG = @extschema@.request_hash,
+    FUNCTION = @extschema@.request_hash_gt,
+    COMMUTATOR = OPERATOR(@extschema@.<), NEGATOR = OPERATOR(@extschema@.<=),
+    RESTRICT = scalargtsel, JOIN = scalargtjoinsel
+);
+CREATE OPERATOR @extschema@.>= (
+    LEFTARG = @extschema@.request_hash, RIGHTARG = @extschema@.request_hash,
+    FUNCTION = @extschema@.request_hash_ge,
+    COMMUTATOR = OPERATOR(@extschema@.<=), NEGATOR = OPERATOR(@extschema@.<),
+    RESTRICT = scalargesel, JOIN = scalargejoinsel
+);
+
+CREATE OPERATOR CLASS @extschema@.request_hash_ops
+    DEFAULT FOR TYPE @extschema@.request_hash USING btree AS
+        OPERATOR 1 @extschema@.<,
+        OPERATOR 2 @extschema@.<=,
+        OPERATOR 3 @extschema@.=,
+        OPERATOR 4 @extschema@.>=,
+        OPERATOR 5 @extschema@.>,
+        FUNCTION 1 @extschema@.request_hash_cmp(@extschema@.request_hash, @extschema@.request_hash);
+CREATE OPERATOR CLASS @extschema@.request_hash_hash_ops
+    DEFAULT FOR TYPE @extschema@.request_hash USING hash AS
+        OPERATOR 1 @extschema@.=,
+        FUNCTION 1 @extschema@.request_hash_hash(@extschema@.request_hash),
+        FUNCTION 2 @extschema@.request_hash_hash_extended(@extschema@.request_hash, bigint);
+COMMENT ON OPERATOR CLASS @extschema@.request_hash_ops USING btree IS 'default btree operator class for request_hash';
+COMMENT ON OPERATOR CLASS @extschema@.request_hash_hash_ops USING hash IS 'default hash operator class for request_hash';
+COMMENT ON OPERATOR @extschema@.= (@extschema@.request_hash, @extschema@.request_hash) IS 'equal';
+COMMENT ON OPERATOR @extschema@.<> (@extschema@.request_hash, @extschema@.request_hash) IS 'not equal';
+COMMENT ON OPERATOR @extschema@.< (@extschema@.request_hash, @extschema@.request_hash) IS 'less than (byte-wise)';
+COMMENT ON OPERATOR @extschema@.<= (@extschema@.request_hash, @extschema@.request_hash) IS 'less than or equal (byte-wise)';
+COMMENT ON OPERATOR @extschema@.> (@extschema@.request_hash, @extschema@.request_hash) IS 'greater than (byte-wise)';
+COMMENT ON OPERATOR @extschema@.>= (@extschema@.request_hash, @extschema@.request_hash) IS 'greater than or equal (byte-wise)';
+
+-- ---------------------------------------------------------------------------
+-- Storage: one row per (scope, key), in a schema of its own so that a user's
+-- table of the same name never clashes. Only the C functions below touch it,
+-- through the heap and index APIs; the layout is documented in src/store.hpp.
+-- ---------------------------------------------------------------------------
+
+CREATE SCHEMA idempotency;
+COMMENT ON SCHEMA idempotency IS 'private storage of the idempotency extension';
+
+-- Columns that never change after a claim come first: a completing update then
+-- shares a long common prefix with the claim it replaces, which keeps its WAL
+-- record small.  Nothing a completion changes is indexed, so it is a HOT update.
+CREATE TABLE idempotency.keys (
+    scope            text COLLATE "C" NOT NULL,
+    key              text COLLATE "C" NOT NULL,
+    request          @extschema@.request_hash NOT NULL,
+    created_at       timestamptz NOT NULL,
+    ttl              interval NOT NULL,
+    expires_at       timestamptz NOT NULL,
+    status           "char" NOT NULL CHECK (status OPERATOR(pg_catalog.=) ANY (ARRAY['p', 'c']::"char"[])),
+    attempt          integer NOT NULL CHECK (attempt OPERATOR(pg_catalog.>) 0),
+    lease_expires_at timestamptz,
+    completed_at     timestamptz,
+    response_status  integer,
+    recovery_point   text,
+    response_body    jsonb,
+    response_headers jsonb,
+    CONSTRAINT keys_pkey PRIMARY KEY (scope, key)
+) WITH (fillfactor = 80);
+CREATE INDEX keys_expires_at_idx ON idempotency.keys (expires_at);
+COMMENT ON TABLE idempotency.keys IS
+    'one row per (scope, key): the claim, its lease and the stored response (status p = in progress, c = completed)';
+COMMENT ON INDEX idempotency.keys_expires_at_idx IS 'drives expiry sweeps';
+REVOKE ALL ON SCHEMA idempotency FROM PUBLIC;
+REVOKE ALL ON TABLE idempotency.keys FROM PUBLIC;
+-- pg_dump must keep the keys: a restore that dropped them would let every
+-- retried request run a second time.
+SELECT pg_catalog.pg_extension_config_dump('idempotency.keys', '');
+
+-- ---------------------------------------------------------------------------
+-- API
+-- ---------------------------------------------------------------------------
+
+CREATE TYPE @extschema@.idempotency_outcome AS ENUM ('claimed', 'replay', 'in_progress', 'mismatch');
+COMMENT ON TYPE @extschema@.idempotency_outcome IS
+    'answer of idempotency_begin: claimed (run the request), replay (return the stored response), in_progress (409, retry later), mismatch (422, key reused for another request)';
+
+CREATE FUNCTION @extschema@.idempotency_begin(
+    scope text, key text, request @extschema@.request_hash,
+    ttl interval DEFAULT NULL, lease interval DEFAULT NULL, wait interval DEFAULT NULL,
+    OUT outcome @extschema@.idempotency_outcome, OUT attempt integer,
+    OUT response_status integer, OUT response_body jsonb, OUT response_headers jsonb,
+    OUT recovery_point text, OUT retry_after interval,
+    OUT created_at timestamptz, OUT expires_at timestamptz)
+    AS 'MODULE_PATHNAME', 'idempotency_begin' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.idempotency_begin(text, text, @extschema@.request_hash, interval, interval, interval) IS
+    'claim (scope, key) for this request in the calling transaction, or report its replay, in_progress or mismatch state';
+
+CREATE FUNCTION @extschema@.idempotency_complete(
+    scope text, key text, response_status integer,
+    response_body jsonb DEFAULT NULL, response_headers jsonb DEFAULT NULL, attempt integer DEFAULT NULL)
+    RETURNS boolean
+    AS 'MODULE_PATHNAME', 'idempotency_complete' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.idempotency_complete(text, text, integer, jsonb, jsonb, integer) IS
+    'record the response of a claimed key; false when a server error (>= 500) was not stored and the claim was dropped instead';
+
+CREATE FUNCTION @extschema@.idempotency_checkpoint(
+    scope text, key text, recovery_point text, lease interval DEFAULT NULL, attempt integer DEFAULT NULL)
+    RETURNS timestamptz
+    AS 'MODULE_PATHNAME', 'idempotency_checkpoint' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.idempotency_checkpoint(text, text, text, interval, integer) IS
+    'record progress of a claimed key and extend its lease; returns the new lease end';
+
+CREATE FUNCTION @extschema@.idempotency_release(scope text, key text, attempt integer DEFAULT NULL)
+    RETURNS void
+    AS 'MODULE_PATHNAME', 'idempotency_release' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.idempotency_release(text, text, integer) IS
+    'end the lease of an in-progress claim so that the next begin claims it again with attempt + 1';
+
+CREATE FUNCTION @extschema@.idempotency_lookup(scope text, key text,
+    OUT status text, OUT request @extschema@.request_hash, OUT attempt integer,
+    OUT response_status integer, OUT response_body jsonb, OUT response_headers jsonb,
+    OUT recovery_point text, OUT created_at timestamptz, OUT lease_expires_at timestamptz,
+    OUT completed_at timestamptz, OUT expires_at timestamptz)
+    RETURNS SETOF record
+    AS 'MODULE_PATHNAME', 'idempotency_lookup' LANGUAGE C STABLE PARALLEL SAFE ROWS 1;
+COMMENT ON FUNCTION @extschema@.idempotency_lookup(text, text) IS
+    'the live record of (scope, key) as the statement''s snapshot sees it; no row when absent or expired';
+
+REVOKE ALL ON FUNCTION @extschema@.idempotency_begin(text, text, @extschema@.request_hash, interval, interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_complete(text, text, integer, jsonb, jsonb, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_checkpoint(text, text, text, interval, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_release(text, text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_lookup(text, text) FROM PUBLIC;

@@ -1,0 +1,73 @@
+// The error boundary between C++ and PostgreSQL.
+//
+// PostgreSQL reports errors with longjmp; C++ reports them with exceptions.
+// Neither may cross into the other's frames, so the code is split in zones:
+//
+//  * Pure C++ (sha256.cpp): never includes PostgreSQL headers, may throw.
+//  * PostgreSQL-facing code (everything else): written C-style -- only trivially
+//    destructible locals, memory from palloc, errors through ereport -- so that
+//    a longjmp through it skips no destructor.
+//  * Entry points that PostgreSQL calls (SQL functions, _PG_init, the worker's
+//    main) run their body inside idempotency::guarded(), which catches every
+//    exception that pure C++ may throw, copies its message into a fixed buffer,
+//    leaves the handler, and only then calls ereport.  Nothing inside a catch
+//    block calls ereport or palloc.
+//
+// SQL functions are declared with IDEMPOTENCY_FUNCTION, which wraps the body
+// in guarded() and gives it C linkage.
+#pragma once
+
+#include "pg.hpp"
+
+namespace idempotency
+{
+
+// What a catch handler may keep: plain data, no allocation.
+struct CaughtException
+{
+    int sqlerrcode;
+    char message[256];
+};
+
+void capture_exception(CaughtException &caught, int sqlerrcode, const char *message) noexcept;
+
+// Reports a captured exception as a PostgreSQL ERROR; does not return.
+[[noreturn]] void report_exception(const CaughtException &caught);
+
+template <typename Body> inline auto guarded(Body &&body) -> decltype(body())
+{
+    CaughtException caught;
+    try
+    {
+        return body();
+    }
+    catch (const std::bad_alloc &)
+    {
+        capture_exception(caught, ERRCODE_OUT_OF_MEMORY, "out of memory");
+    }
+    catch (const std::exception &e)
+    {
+        capture_exception(caught, ERRCODE_INTERNAL_ERROR, e.what());
+    }
+    catch (...)
+    {
+        capture_exception(caught, ERRCODE_INTERNAL_ERROR, "unknown C++ exception");
+    }
+    report_exception(caught);
+}
+
+} // namespace idempotency
+
+// Defines the SQL-callable C function `name`; the block that follows is its
+// body, a function of `fcinfo` returning Datum, run inside guarded().
+#define IDEMPOTENCY_FUNCTION(name)                                                                 \
+    static Datum name##_body(FunctionCallInfo fcinfo);                                             \
+    extern "C"                                                                                     \
+    {                                                                                              \
+        PG_FUNCTION_INFO_V1(name);                                                                 \
+    }                                                                                              \
+    extern "C" Datum name(PG_FUNCTION_ARGS)                                                        \
+    {                                                                                              \
+        return idempotency::guarded([fcinfo] { return name##_body(fcinfo); });                     \
+    }                                                                                              \
+    static Datum name##_body(FunctionCallInfo fcinfo)

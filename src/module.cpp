@@ -1,0 +1,69 @@
+// Module magic, _PG_init and the settings.
+#include "boundary.hpp"
+#include "module.hpp"
+
+extern "C"
+{
+#include "utils/guc.h"
+#include "utils/memutils.h"
+
+PG_MODULE_MAGIC;
+
+// PostgreSQL 15's fmgr.h does not declare it.
+void _PG_init(void);
+}
+
+namespace idempotency::settings
+{
+
+constexpr int ten_years_s = 10 * 365 * 24 * 3600;
+
+int default_ttl_s = 24 * 3600;
+int default_lease_ms = 60 * 1000;
+int default_wait_ms = 0;
+int max_key_length = 255;
+int max_response_bytes = 1024 * 1024;
+bool store_server_errors = false;
+
+static void define()
+{
+    DefineCustomIntVariable(
+        "idempotency.default_ttl", "How long a key is kept when idempotency_begin gets no ttl.",
+        "A completed key expires this long after its completion, an unfinished claim this long "
+        "after it was made.",
+        &default_ttl_s, default_ttl_s, 1, ten_years_s, PGC_USERSET, GUC_UNIT_S, nullptr, nullptr,
+        nullptr);
+    DefineCustomIntVariable(
+        "idempotency.default_lease", "How long a committed claim is protected when no lease is given.",
+        "After the lease ends, the next idempotency_begin takes the claim over with attempt + 1.",
+        &default_lease_ms, default_lease_ms, 1, INT_MAX, PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr,
+        nullptr);
+    DefineCustomIntVariable(
+        "idempotency.default_wait", "How long idempotency_begin waits for a busy key when no wait is given.",
+        "0 answers in_progress at once.", &default_wait_ms, default_wait_ms, 0, 3600 * 1000,
+        PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("idempotency.max_key_length", "Longest accepted key, in bytes.", nullptr,
+                            &max_key_length, max_key_length, 1, 8192, PGC_SUSET, 0, nullptr,
+                            nullptr, nullptr);
+    DefineCustomIntVariable(
+        "idempotency.max_response_bytes",
+        "Largest accepted response: the jsonb sizes of body and headers added up.", nullptr,
+        &max_response_bytes, max_response_bytes, 0, MaxAllocSize / 2, PGC_SUSET, GUC_UNIT_BYTE,
+        nullptr, nullptr, nullptr);
+    DefineCustomBoolVariable(
+        "idempotency.store_server_errors", "Store responses with status 500 to 599.",
+        "When off, completing with a server error drops the claim so that a retry runs again.",
+        &store_server_errors, store_server_errors, PGC_USERSET, 0, nullptr, nullptr, nullptr);
+#if PG_VERSION_NUM >= 150000
+    MarkGUCPrefixReserved("idempotency");
+#else
+    EmitWarningsOnPlaceholders("idempotency");
+#endif
+}
+
+} // namespace idempotency::settings
+
+void _PG_init(void)
+{
+    idempotency::guarded([] { idempotency::settings::define(); });
+}

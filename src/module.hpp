@@ -1,0 +1,14 @@
+// Settings (GUCs) of the extension; defined and registered in module.cpp.
+#pragma once
+
+namespace idempotency::settings
+{
+
+extern int default_ttl_s;       // idempotency.default_ttl
+extern int default_lease_ms;    // idempotency.default_lease
+extern int default_wait_ms;     // idempotency.default_wait
+extern int max_key_length;      // idempotency.max_key_length (bytes)
+extern int max_response_bytes;  // idempotency.max_response_bytes
+extern bool store_server_errors; // idempotency.store_server_errors
+
+} // namespace idempotency::settings
