@@ -1,15 +1,692 @@
-// SQL entry points (stubs until the storage layer lands).
+// SQL entry points: argument checks, then the store, then the result.
 #include "boundary.hpp"
+#include "module.hpp"
+#include "store.hpp"
 
-#define IDEMPOTENCY_STUB(name)                                                                     \
-    IDEMPOTENCY_FUNCTION(name)                                                                     \
-    {                                                                                              \
-        (void)fcinfo;                                                                              \
-        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), errmsg(#name " is a stub")));      \
-        return (Datum)0;                                                                           \
+extern "C"
+{
+#include "access/detoast.h"
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_enum.h"
+#include "funcapi.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+}
+
+namespace
+{
+
+using idempotency::RequestHash;
+using idempotency::store::Record;
+using idempotency::store::Relations;
+using idempotency::store::Writer;
+namespace store = idempotency::store;
+namespace settings = idempotency::settings;
+
+// Extension-owned SQLSTATEs (class IK), documented in the README.
+const int errcode_key_not_claimed = MAKE_SQLSTATE('I', 'K', '0', '0', '1');
+const int errcode_key_completed = MAKE_SQLSTATE('I', 'K', '0', '0', '2');
+const int errcode_stale_attempt = MAKE_SQLSTATE('I', 'K', '0', '0', '3');
+
+// retry_after reported for a claim whose transaction has not committed yet:
+// its lease has not started, so there is nothing better to say.
+constexpr int64 uncommitted_retry_after_us = USECS_PER_SEC;
+
+// A month counts 30 days, as in interval comparison.
+constexpr int64 max_ttl_or_lease_us = int64(10) * 12 * 30 * USECS_PER_DAY;
+constexpr int64 max_wait_us = int64(3600) * USECS_PER_SEC;
+
+// ---------------------------------------------------------------------------
+// Arguments
+// ---------------------------------------------------------------------------
+
+Datum required_arg(FunctionCallInfo fcinfo, int n, const char *name)
+{
+    if (PG_ARGISNULL(n))
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                        errmsg("%s must not be null", name)));
+    return PG_GETARG_DATUM(n);
+}
+
+// The key as it may appear in a message: a prefix at most.
+char *key_for_message(Datum key)
+{
+    constexpr int shown_bytes = 32;
+    const text *t = DatumGetTextPP(key);
+    int len = VARSIZE_ANY_EXHDR(t);
+    int clip = pg_mbcliplen(VARDATA_ANY(t), len, shown_bytes);
+    return psprintf("%.*s%s", clip, VARDATA_ANY(t), clip < len ? "..." : "");
+}
+
+struct KeyArgs
+{
+    Datum scope; // detoasted text
+    Datum key;   // detoasted text
+};
+
+void check_length(Datum value, const char *name)
+{
+    int len = VARSIZE_ANY_EXHDR(DatumGetTextPP(value));
+    if (len > settings::max_key_length)
+        ereport(ERROR, (errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+                        errmsg("%s \"%s\" is too long (%d bytes)", name, key_for_message(value), len),
+                        errdetail("idempotency.max_key_length is %d bytes.",
+                                  settings::max_key_length)));
+}
+
+KeyArgs key_args(FunctionCallInfo fcinfo)
+{
+    KeyArgs args;
+    args.scope = PointerGetDatum(DatumGetTextPP(required_arg(fcinfo, 0, "scope")));
+    args.key = PointerGetDatum(DatumGetTextPP(required_arg(fcinfo, 1, "key")));
+    if (VARSIZE_ANY_EXHDR(DatumGetTextPP(args.key)) == 0)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("key must not be empty")));
+    check_length(args.scope, "scope");
+    check_length(args.key, "key");
+    return args;
+}
+
+// An interval's length as interval comparison sees it (a month is 30 days).
+__int128 interval_span_us(const Interval *interval)
+{
+    return (__int128)interval->time + (__int128)interval->day * USECS_PER_DAY +
+           (__int128)interval->month * DAYS_PER_MONTH * USECS_PER_DAY;
+}
+
+const char *interval_text(const Interval *interval)
+{
+    return DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(interval)));
+}
+
+Interval *interval_from_us(int64 us)
+{
+    Interval *interval = static_cast<Interval *>(palloc0(sizeof(Interval)));
+    interval->time = us;
+    return interval;
+}
+
+// An optional interval argument within (min, max], or [0, max] when zero is allowed.
+Interval *interval_arg(FunctionCallInfo fcinfo, int n, const char *name, int64 default_us,
+                       bool zero_allowed, int64 max_us, const char *range_text)
+{
+    if (PG_ARGISNULL(n))
+        return interval_from_us(default_us);
+    Interval *interval = PG_GETARG_INTERVAL_P(n);
+    __int128 span = interval_span_us(interval);
+    if (span < 0 || (span == 0 && !zero_allowed) || span > max_us)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("invalid %s \"%s\"", name, interval_text(interval)),
+                        errdetail("%s must be %s.", name, range_text)));
+    return interval;
+}
+
+Interval *ttl_arg(FunctionCallInfo fcinfo, int n)
+{
+    return interval_arg(fcinfo, n, "ttl", int64(settings::default_ttl_s) * USECS_PER_SEC, false,
+                        max_ttl_or_lease_us, "greater than zero and at most 10 years");
+}
+
+Interval *lease_arg(FunctionCallInfo fcinfo, int n)
+{
+    return interval_arg(fcinfo, n, "lease", int64(settings::default_lease_ms) * 1000, false,
+                        max_ttl_or_lease_us, "greater than zero and at most 10 years");
+}
+
+bool optional_int_arg(FunctionCallInfo fcinfo, int n, int32 *value)
+{
+    if (PG_ARGISNULL(n))
+        return false;
+    *value = PG_GETARG_INT32(n);
+    return true;
+}
+
+void require_writable(const char *function)
+{
+    if (RecoveryInProgress())
+        ereport(ERROR, (errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+                        errmsg("cannot call %s() during recovery", function),
+                        errhint("Call it on the primary; idempotency_lookup() works on a standby.")));
+    if (XactReadOnly)
+        ereport(ERROR, (errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+                        errmsg("cannot call %s() in a read-only transaction", function)));
+}
+
+// ---------------------------------------------------------------------------
+// Time
+// ---------------------------------------------------------------------------
+
+TimestampTz plus_interval(TimestampTz t, const Interval *interval)
+{
+    return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(t),
+                                                   IntervalPGetDatum(interval)));
+}
+
+// Expiry times are rounded up to a whole second: keys never expire early, and
+// a claim completed within the same second keeps its expiry, so completing
+// changes no indexed column and the update stays HOT.
+TimestampTz expiry_after(TimestampTz t, const Interval *ttl)
+{
+    TimestampTz expiry = plus_interval(t, ttl);
+    TimestampTz rest = expiry % USECS_PER_SEC;
+    return rest == 0 ? expiry : expiry + (rest > 0 ? USECS_PER_SEC - rest : -rest);
+}
+
+// ---------------------------------------------------------------------------
+// idempotency_begin
+// ---------------------------------------------------------------------------
+
+enum class Outcome
+{
+    claimed,
+    replay,
+    in_progress,
+    mismatch
+};
+constexpr const char *outcome_labels[] = {"claimed", "replay", "in_progress", "mismatch"};
+
+// What the newest version of a key means to a caller.
+enum class KeyState
+{
+    absent,           // no row: claim it
+    expired,          // past its expiry: claim it as if absent
+    lease_ended,      // committed unfinished claim whose lease ended: take it over
+    own_claim,        // claimed by the calling transaction already
+    replay,           // completed for the same request
+    mismatch,         // held or completed for another request
+    held_uncommitted, // claimed by a transaction still in progress
+    held_leased       // committed unfinished claim, lease running
+};
+
+KeyState classify(const Record &record, const RequestHash *request, TimestampTz now)
+{
+    if (!record.found)
+        return KeyState::absent;
+    bool same_request = idempotency::request_hash_equal(record.request(), request);
+    if (record.writer == Writer::other)
+        return same_request ? KeyState::held_uncommitted : KeyState::mismatch;
+    if (record.writer == Writer::committed && record.expired(now))
+        return KeyState::expired;
+    if (!same_request)
+        return KeyState::mismatch;
+    if (record.completed())
+        return KeyState::replay;
+    if (record.writer == Writer::self)
+        return KeyState::own_claim;
+    return record.lease_expires_at() > now ? KeyState::held_leased : KeyState::lease_ended;
+}
+
+bool needs_claim(KeyState state)
+{
+    return state == KeyState::absent || state == KeyState::expired ||
+           state == KeyState::lease_ended;
+}
+
+struct BeginArgs
+{
+    KeyArgs key;
+    Datum request;
+    Interval *ttl;
+    Interval *lease;
+    int64 wait_us;
+};
+
+struct BeginAnswer
+{
+    Outcome outcome;
+    Record record;
+    int64 retry_after_us; // in_progress only
+};
+
+BeginAnswer answer(Outcome outcome, const Record &record, int64 retry_after_us = 0)
+{
+    return BeginAnswer{outcome, record, retry_after_us};
+}
+
+// The answer for a state that needs no write.
+BeginAnswer answer_without_claim(KeyState state, const Record &record, TimestampTz now)
+{
+    switch (state)
+    {
+        case KeyState::replay:
+            return answer(Outcome::replay, record);
+        case KeyState::mismatch:
+            return answer(Outcome::mismatch, record);
+        case KeyState::own_claim:
+            return answer(Outcome::claimed, record);
+        case KeyState::held_leased:
+            return answer(Outcome::in_progress, record, record.lease_expires_at() - now);
+        default:
+            return answer(Outcome::in_progress, record, uncommitted_retry_after_us);
     }
-IDEMPOTENCY_STUB(idempotency_begin)
-IDEMPOTENCY_STUB(idempotency_complete)
-IDEMPOTENCY_STUB(idempotency_checkpoint)
-IDEMPOTENCY_STUB(idempotency_release)
-IDEMPOTENCY_STUB(idempotency_lookup)
+}
+
+// Turns `record` into a fresh in-progress claim for this caller.  A takeover
+// after the lease ended keeps the recovery point and bumps the attempt (the
+// fencing token); a claim over an expired record starts over.
+void fill_claim(Record &record, const BeginArgs &args, KeyState state, TimestampTz now)
+{
+    if (state == KeyState::lease_ended)
+        record.set(store::col_attempt, Int32GetDatum(record.attempt() + 1));
+    else
+    {
+        record.set(store::col_scope, args.key.scope);
+        record.set(store::col_key, args.key.key);
+        record.set(store::col_request, args.request);
+        record.set(store::col_created_at, TimestampTzGetDatum(now));
+        record.set(store::col_attempt, Int32GetDatum(1));
+        record.set_null(store::col_completed_at);
+        record.set_null(store::col_response_status);
+        record.set_null(store::col_recovery_point);
+        record.set_null(store::col_response_body);
+        record.set_null(store::col_response_headers);
+    }
+    record.set(store::col_ttl, IntervalPGetDatum(args.ttl));
+    record.set(store::col_expires_at, TimestampTzGetDatum(expiry_after(now, args.ttl)));
+    record.set(store::col_status, CharGetDatum(store::status_in_progress));
+    record.set(store::col_lease_expires_at, TimestampTzGetDatum(plus_interval(now, args.lease)));
+}
+
+// How often a caller that finds the key lock taken looks again for the
+// holder's row before answering in_progress.  The holder writes its row right
+// after taking the lock, so this only bridges microseconds -- but it lets the
+// caller see the holder's request and answer mismatch when they differ.
+constexpr int busy_rereads = 5;
+constexpr long busy_reread_pause_us = 100;
+
+// One attempt, without waiting for a holder.
+BeginAnswer begin_once(const Relations &rels, const BeginArgs &args)
+{
+    TimestampTz now = GetCurrentTimestamp();
+    Record record = store::read_latest(rels, args.key.scope, args.key.key);
+    KeyState state = classify(record, idempotency::datum_get_request_hash(args.request), now);
+    if (!needs_claim(state))
+        return answer_without_claim(state, record, now); // replays take no lock and write nothing
+
+    for (int reread = 0; store::lock_key(args.key.scope, args.key.key, false) ==
+                         store::KeyLock::busy;
+         reread++)
+    {
+        if (reread == busy_rereads)
+            return answer(Outcome::in_progress, record, uncommitted_retry_after_us);
+        pg_usleep(busy_reread_pause_us);
+        CHECK_FOR_INTERRUPTS();
+        now = GetCurrentTimestamp();
+        record = store::read_latest(rels, args.key.scope, args.key.key);
+        state = classify(record, idempotency::datum_get_request_hash(args.request), now);
+        if (!needs_claim(state))
+            return answer_without_claim(state, record, now);
+    }
+
+    // Under the key lock nobody else writes this key: decide on what is there.
+    for (;;)
+    {
+        now = GetCurrentTimestamp();
+        record = store::read_latest(rels, args.key.scope, args.key.key);
+        state = classify(record, idempotency::datum_get_request_hash(args.request), now);
+        if (!needs_claim(state))
+        {
+            store::unlock_key(args.key.scope, args.key.key);
+            return answer_without_claim(state, record, now);
+        }
+        if (state == KeyState::absent)
+        {
+            for (int column = 0; column < store::column_count; column++)
+                record.set_null(store::Column(column));
+            record.set(store::col_scope, args.key.scope);
+            fill_claim(record, args, state, now);
+            store::insert_record(rels, record);
+            return answer(Outcome::claimed, record);
+        }
+        fill_claim(record, args, state, now);
+        if (store::update_record(rels, record) == TM_Ok)
+            return answer(Outcome::claimed, record);
+        // A concurrent expiry deleted the row: look again.
+    }
+}
+
+// The caller's wait, cut short by lock_timeout when that is set.
+TimestampTz wait_deadline(int64 wait_us)
+{
+    if (LockTimeout > 0 && int64(LockTimeout) * 1000 < wait_us)
+        wait_us = int64(LockTimeout) * 1000;
+    return GetCurrentTimestamp() + wait_us;
+}
+
+BeginAnswer begin_waiting(const Relations &rels, const BeginArgs &args)
+{
+    constexpr long max_pause_ms = 50;
+    TimestampTz deadline = wait_deadline(args.wait_us);
+    long pause_ms = 1;
+    for (;;)
+    {
+        BeginAnswer result = begin_once(rels, args);
+        TimestampTz now = GetCurrentTimestamp();
+        if (result.outcome != Outcome::in_progress || now >= deadline)
+            return result;
+        long remaining_ms = long((deadline - now + 999) / 1000);
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                        Min(pause_ms, remaining_ms), PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+        CHECK_FOR_INTERRUPTS();
+        pause_ms = Min(pause_ms * 2, max_pause_ms);
+    }
+}
+
+struct BeginResultType
+{
+    TupleDesc desc;
+    Oid outcome_oids[4];
+};
+
+// The result row type and the outcome enum's OIDs, looked up once per call site.
+const BeginResultType *begin_result_type(FunctionCallInfo fcinfo)
+{
+    if (fcinfo->flinfo->fn_extra)
+        return static_cast<const BeginResultType *>(fcinfo->flinfo->fn_extra);
+    MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+    BeginResultType *type = static_cast<BeginResultType *>(palloc(sizeof(BeginResultType)));
+    TupleDesc desc;
+    if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
+        elog(ERROR, "idempotency_begin must return a composite type");
+    type->desc = BlessTupleDesc(desc);
+    Oid enum_type = TupleDescAttr(desc, 0)->atttypid;
+    for (int i = 0; i < 4; i++)
+        type->outcome_oids[i] = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
+                                                ObjectIdGetDatum(enum_type),
+                                                CStringGetDatum(outcome_labels[i]));
+    MemoryContextSwitchTo(old);
+    fcinfo->flinfo->fn_extra = type;
+    return type;
+}
+
+// Result columns of idempotency_begin, in declaration order.
+enum BeginColumn
+{
+    out_outcome,
+    out_attempt,
+    out_response_status,
+    out_response_body,
+    out_response_headers,
+    out_recovery_point,
+    out_retry_after,
+    out_created_at,
+    out_expires_at,
+    begin_column_count
+};
+
+Datum begin_result(FunctionCallInfo fcinfo, const BeginAnswer &result)
+{
+    const BeginResultType *type = begin_result_type(fcinfo);
+    Datum values[begin_column_count];
+    bool nulls[begin_column_count];
+    for (int i = 0; i < begin_column_count; i++)
+        nulls[i] = true;
+    auto copy = [&](BeginColumn out, store::Column in) {
+        values[out] = result.record.values[in];
+        nulls[out] = result.record.nulls[in];
+    };
+    values[out_outcome] = ObjectIdGetDatum(type->outcome_oids[int(result.outcome)]);
+    nulls[out_outcome] = false;
+    if (result.record.found)
+    {
+        // A mismatch tells when the key frees up, nothing about the other request.
+        copy(out_created_at, store::col_created_at);
+        copy(out_expires_at, store::col_expires_at);
+        if (result.outcome != Outcome::mismatch)
+            copy(out_attempt, store::col_attempt);
+    }
+    if (result.outcome == Outcome::replay)
+    {
+        copy(out_response_status, store::col_response_status);
+        copy(out_response_body, store::col_response_body);
+        copy(out_response_headers, store::col_response_headers);
+    }
+    if (result.outcome == Outcome::claimed)
+        copy(out_recovery_point, store::col_recovery_point);
+    if (result.outcome == Outcome::in_progress)
+    {
+        values[out_retry_after] = IntervalPGetDatum(interval_from_us(result.retry_after_us));
+        nulls[out_retry_after] = false;
+    }
+    return HeapTupleGetDatum(heap_form_tuple(type->desc, values, nulls));
+}
+
+// ---------------------------------------------------------------------------
+// Writes by the holder: complete, checkpoint, release
+// ---------------------------------------------------------------------------
+
+// Takes the key lock (waiting for a concurrent writer) and returns the
+// caller's in-progress claim, or raises the documented error.
+Record held_claim(const Relations &rels, const KeyArgs &key, bool has_attempt, int32 attempt)
+{
+    store::lock_key(key.scope, key.key, true);
+    Record record = store::read_latest(rels, key.scope, key.key);
+    if (!record.found || (record.writer == Writer::committed && record.expired(GetCurrentTimestamp())))
+        ereport(ERROR, (errcode(errcode_key_not_claimed),
+                        errmsg("idempotency key \"%s\" is not claimed", key_for_message(key.key)),
+                        errhint("Call idempotency_begin() first.")));
+    if (record.completed())
+        ereport(ERROR,
+                (errcode(errcode_key_completed),
+                 errmsg("idempotency key \"%s\" is already completed", key_for_message(key.key))));
+    if (has_attempt && attempt != record.attempt())
+        ereport(ERROR, (errcode(errcode_stale_attempt),
+                        errmsg("attempt %d of idempotency key \"%s\" is stale", attempt,
+                               key_for_message(key.key)),
+                        errdetail("The key's current attempt is %d: its lease ended and another "
+                                  "caller took it over.",
+                                  record.attempt())));
+    return record;
+}
+
+void write_claim(const Relations &rels, const KeyArgs &key, Record &record)
+{
+    if (store::update_record(rels, record) != TM_Ok)
+        ereport(ERROR, (errcode(errcode_key_not_claimed),
+                        errmsg("idempotency key \"%s\" is not claimed", key_for_message(key.key)),
+                        errdetail("It expired while this call ran.")));
+}
+
+int64 response_bytes(FunctionCallInfo fcinfo, int n)
+{
+    return PG_ARGISNULL(n) ? 0 : int64(toast_raw_datum_size(PG_GETARG_DATUM(n)));
+}
+
+void set_optional(Record &record, store::Column column, FunctionCallInfo fcinfo, int n)
+{
+    if (PG_ARGISNULL(n))
+        record.set_null(column);
+    else
+        record.set(column, PG_GETARG_DATUM(n));
+}
+
+} // namespace
+
+IDEMPOTENCY_FUNCTION(idempotency_begin)
+{
+    BeginArgs args;
+    args.key = key_args(fcinfo);
+    args.request = required_arg(fcinfo, 2, "request");
+    args.ttl = ttl_arg(fcinfo, 3);
+    args.lease = lease_arg(fcinfo, 4);
+    args.wait_us = interval_span_us(interval_arg(fcinfo, 5, "wait",
+                                                 int64(settings::default_wait_ms) * 1000, true,
+                                                 max_wait_us, "between 0 and 1 hour"));
+    require_writable("idempotency_begin");
+
+    Relations rels = store::open_relations(RowExclusiveLock);
+    BeginAnswer result = args.wait_us > 0 ? begin_waiting(rels, args) : begin_once(rels, args);
+    store::close_relations(rels);
+    return begin_result(fcinfo, result);
+}
+
+IDEMPOTENCY_FUNCTION(idempotency_complete)
+{
+    KeyArgs key = key_args(fcinfo);
+    int32 status = DatumGetInt32(required_arg(fcinfo, 2, "response_status"));
+    if (status < 100 || status > 599)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("invalid response_status %d", status),
+                        errdetail("An HTTP status code is between 100 and 599.")));
+    int64 size = response_bytes(fcinfo, 3) + response_bytes(fcinfo, 4);
+    if (size > settings::max_response_bytes)
+        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                        errmsg("response of idempotency key \"%s\" is too large (%lld bytes)",
+                               key_for_message(key.key), (long long)size),
+                        errdetail("idempotency.max_response_bytes is %d bytes.",
+                                  settings::max_response_bytes)));
+    int32 attempt = 0;
+    bool has_attempt = optional_int_arg(fcinfo, 5, &attempt);
+    require_writable("idempotency_complete");
+
+    Relations rels = store::open_relations(RowExclusiveLock);
+    Record record = held_claim(rels, key, has_attempt, attempt);
+    TimestampTz now = GetCurrentTimestamp();
+    bool store_response = status < 500 || settings::store_server_errors;
+    if (store_response)
+    {
+        record.set(store::col_status, CharGetDatum(store::status_completed));
+        record.set(store::col_completed_at, TimestampTzGetDatum(now));
+        record.set(store::col_expires_at,
+                   TimestampTzGetDatum(expiry_after(
+                       now, DatumGetIntervalP(record.values[store::col_ttl]))));
+        record.set_null(store::col_lease_expires_at);
+        record.set(store::col_response_status, Int32GetDatum(status));
+        set_optional(record, store::col_response_body, fcinfo, 3);
+        set_optional(record, store::col_response_headers, fcinfo, 4);
+    }
+    else
+    {
+        // A server error is transient: drop the claim so that a retry runs again.
+        record.set(store::col_lease_expires_at, TimestampTzGetDatum(now));
+    }
+    write_claim(rels, key, record);
+    store::close_relations(rels);
+    PG_RETURN_BOOL(store_response);
+}
+
+IDEMPOTENCY_FUNCTION(idempotency_checkpoint)
+{
+    KeyArgs key = key_args(fcinfo);
+    if (!PG_ARGISNULL(2) && int64(toast_raw_datum_size(PG_GETARG_DATUM(2))) >
+                                settings::max_response_bytes)
+        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                        errmsg("recovery_point of idempotency key \"%s\" is too large",
+                               key_for_message(key.key)),
+                        errdetail("idempotency.max_response_bytes is %d bytes.",
+                                  settings::max_response_bytes)));
+    Interval *lease = lease_arg(fcinfo, 3);
+    int32 attempt = 0;
+    bool has_attempt = optional_int_arg(fcinfo, 4, &attempt);
+    require_writable("idempotency_checkpoint");
+
+    Relations rels = store::open_relations(RowExclusiveLock);
+    Record record = held_claim(rels, key, has_attempt, attempt);
+    TimestampTz lease_end = plus_interval(GetCurrentTimestamp(), lease);
+    // A NULL recovery point is a plain heartbeat: the last one is kept.
+    if (!PG_ARGISNULL(2))
+        record.set(store::col_recovery_point, PG_GETARG_DATUM(2));
+    record.set(store::col_lease_expires_at, TimestampTzGetDatum(lease_end));
+    write_claim(rels, key, record);
+    store::close_relations(rels);
+    PG_RETURN_TIMESTAMPTZ(lease_end);
+}
+
+IDEMPOTENCY_FUNCTION(idempotency_release)
+{
+    KeyArgs key = key_args(fcinfo);
+    int32 attempt = 0;
+    bool has_attempt = optional_int_arg(fcinfo, 2, &attempt);
+    require_writable("idempotency_release");
+
+    Relations rels = store::open_relations(RowExclusiveLock);
+    Record record = held_claim(rels, key, has_attempt, attempt);
+    record.set(store::col_lease_expires_at, TimestampTzGetDatum(GetCurrentTimestamp()));
+    write_claim(rels, key, record);
+    store::close_relations(rels);
+    PG_RETURN_VOID();
+}
+
+// ---------------------------------------------------------------------------
+// idempotency_lookup
+// ---------------------------------------------------------------------------
+
+namespace
+{
+
+enum LookupColumn
+{
+    look_status,
+    look_request,
+    look_attempt,
+    look_response_status,
+    look_response_body,
+    look_response_headers,
+    look_recovery_point,
+    look_created_at,
+    look_lease_expires_at,
+    look_completed_at,
+    look_expires_at,
+    lookup_column_count
+};
+
+HeapTuple lookup_tuple(TupleDesc desc, const Record &record)
+{
+    constexpr store::Column sources[lookup_column_count] = {
+        store::col_status,           store::col_request,        store::col_attempt,
+        store::col_response_status,  store::col_response_body,  store::col_response_headers,
+        store::col_recovery_point,   store::col_created_at,     store::col_lease_expires_at,
+        store::col_completed_at,     store::col_expires_at};
+    Datum values[lookup_column_count];
+    bool nulls[lookup_column_count];
+    for (int i = 0; i < lookup_column_count; i++)
+    {
+        values[i] = record.values[sources[i]];
+        nulls[i] = record.nulls[sources[i]];
+    }
+    values[look_status] = CStringGetTextDatum(record.completed() ? "completed" : "in_progress");
+    return heap_form_tuple(desc, values, nulls);
+}
+
+} // namespace
+
+IDEMPOTENCY_FUNCTION(idempotency_lookup)
+{
+    FuncCallContext *call;
+    if (SRF_IS_FIRSTCALL())
+    {
+        call = SRF_FIRSTCALL_INIT();
+        MemoryContext old = MemoryContextSwitchTo(call->multi_call_memory_ctx);
+        KeyArgs key = key_args(fcinfo);
+        TupleDesc desc;
+        if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
+            elog(ERROR, "idempotency_lookup must return a composite type");
+        desc = BlessTupleDesc(desc);
+        Relations rels = store::open_relations(AccessShareLock);
+        Snapshot snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
+        Record record = store::read_visible(rels, key.scope, key.key, snapshot);
+        store::close_relations(rels);
+        call->user_fctx = record.found && !record.expired(GetCurrentTimestamp())
+                              ? lookup_tuple(desc, record)
+                              : nullptr;
+        MemoryContextSwitchTo(old);
+    }
+    call = SRF_PERCALL_SETUP();
+    if (call->user_fctx)
+    {
+        HeapTuple tuple = static_cast<HeapTuple>(call->user_fctx);
+        call->user_fctx = nullptr;
+        SRF_RETURN_NEXT(call, HeapTupleGetDatum(tuple));
+    }
+    SRF_RETURN_DONE(call);
+}

@@ -1,0 +1,232 @@
+// Storage of idempotency keys: see store.hpp for the concurrency scheme.
+#include "store.hpp"
+
+extern "C"
+{
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/skey.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_collation_d.h"
+#include "common/hashfn.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "nodes/execnodes.h"
+#include "storage/lock.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+}
+
+namespace idempotency::store
+{
+
+// locktag_field4 of key locks.  PostgreSQL's own advisory lock functions use 1
+// and 2, so key locks never collide with an application's advisory locks; in
+// pg_locks they show as locktype 'advisory' with objsubid 18756.
+constexpr uint16 key_lock_tag = 0x4944;
+
+static Oid storage_relid(Oid namespace_oid, const char *name)
+{
+    Oid relid = get_relname_relid(name, namespace_oid);
+    if (!OidIsValid(relid))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                        errmsg("relation \"idempotency.%s\" does not exist", name),
+                        errhint("The extension's storage was changed by hand; reinstall the "
+                                "extension.")));
+    return relid;
+}
+
+Relations open_relations(LOCKMODE lockmode)
+{
+    Oid namespace_oid = get_namespace_oid("idempotency", true);
+    if (!OidIsValid(namespace_oid))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_SCHEMA),
+                        errmsg("schema \"idempotency\" does not exist"),
+                        errhint("Run CREATE EXTENSION idempotency in this database.")));
+    Relations rels;
+    rels.lockmode = lockmode;
+    rels.heap = table_open(storage_relid(namespace_oid, "keys"), lockmode);
+    if (RelationGetDescr(rels.heap)->natts != column_count)
+        ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+                        errmsg("table \"idempotency.keys\" has %d columns, expected %d",
+                               RelationGetDescr(rels.heap)->natts, (int)column_count),
+                        errhint("The extension's storage was changed by hand; reinstall the "
+                                "extension.")));
+    rels.pkey = index_open(storage_relid(namespace_oid, "keys_pkey"), lockmode);
+    rels.expiry = index_open(storage_relid(namespace_oid, "keys_expires_at_idx"), lockmode);
+    return rels;
+}
+
+void close_relations(const Relations &rels)
+{
+    index_close(rels.expiry, rels.lockmode);
+    index_close(rels.pkey, rels.lockmode);
+    table_close(rels.heap, rels.lockmode);
+}
+
+// Copies the slot's tuple out of the shared buffer and decodes it.
+static void decode_version(TupleTableSlot *slot, Record &record)
+{
+    HeapTuple copy = ExecCopySlotHeapTuple(slot);
+    heap_deform_tuple(copy, slot->tts_tupleDescriptor, record.values, record.nulls);
+    record.tid = copy->t_self;
+    record.found = true;
+}
+
+// Scans the primary key for (scope, key).  With a dirty snapshot an index scan
+// returns every version that is committed-live or touched by a transaction in
+// progress (including each member of a HOT chain); the newest is the one no
+// other transaction is deleting or replacing.
+static Record scan_key(const Relations &rels, Datum scope, Datum key, Snapshot snapshot)
+{
+    Record record;
+    record.found = false;
+    record.writer = Writer::committed;
+
+    ScanKeyData keys[2];
+    // ScanKeyInit compares with the "C" collation, which the key columns use.
+    ScanKeyInit(&keys[0], col_scope + 1, BTEqualStrategyNumber, F_TEXTEQ, scope);
+    ScanKeyInit(&keys[1], col_key + 1, BTEqualStrategyNumber, F_TEXTEQ, key);
+    IndexScanDesc scan = index_beginscan(rels.heap, rels.pkey, snapshot, 2, 0);
+    index_rescan(scan, keys, 2, nullptr, 0);
+    TupleTableSlot *slot = table_slot_create(rels.heap, nullptr);
+    const bool dirty = snapshot->snapshot_type == SNAPSHOT_DIRTY;
+
+    while (index_getnext_slot(scan, ForwardScanDirection, slot))
+    {
+        if (!dirty)
+        {
+            decode_version(slot, record);
+            break;
+        }
+        // HeapTupleSatisfiesDirty left the in-progress inserter and deleter
+        // of the version just returned in the snapshot.
+        if (TransactionIdIsValid(snapshot->xmax))
+            continue; // being replaced or deleted by another transaction
+        decode_version(slot, record);
+        if (TransactionIdIsValid(snapshot->xmin))
+            record.writer = Writer::other;
+        else
+        {
+            bool should_free;
+            HeapTuple tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
+            record.writer = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data))
+                                ? Writer::self
+                                : Writer::committed;
+        }
+        break;
+    }
+    ExecDropSingleTupleTableSlot(slot);
+    index_endscan(scan);
+    return record;
+}
+
+Record read_latest(const Relations &rels, Datum scope, Datum key)
+{
+    SnapshotData dirty;
+    InitDirtySnapshot(dirty);
+    return scan_key(rels, scope, key, &dirty);
+}
+
+Record read_visible(const Relations &rels, Datum scope, Datum key, Snapshot snapshot)
+{
+    return scan_key(rels, scope, key, snapshot);
+}
+
+static void insert_index_entry(Relation index, Relation heap, Datum *values, ItemPointer tid,
+                               IndexUniqueCheck check, bool unchanged)
+{
+    bool nulls[2] = {false, false};
+    index_insert(index, values, nulls, tid, heap, check, unchanged, BuildIndexInfo(index));
+}
+
+// New index entries for a version that is not heap-only.  The primary key
+// checks uniqueness as a safety net under the key lock.
+static void insert_index_entries(const Relations &rels, HeapTuple tuple, const Record &record,
+                                 bool is_update)
+{
+    Datum pkey_values[2] = {record.values[col_scope], record.values[col_key]};
+    insert_index_entry(rels.pkey, rels.heap, pkey_values, &tuple->t_self, UNIQUE_CHECK_YES,
+                       is_update);
+    Datum expiry_values[1] = {record.values[col_expires_at]};
+    insert_index_entry(rels.expiry, rels.heap, expiry_values, &tuple->t_self, UNIQUE_CHECK_NO,
+                       false);
+}
+
+void insert_record(const Relations &rels, Record &record)
+{
+    HeapTuple tuple = heap_form_tuple(RelationGetDescr(rels.heap), record.values, record.nulls);
+    heap_insert(rels.heap, tuple, GetCurrentCommandId(true), 0, nullptr);
+    insert_index_entries(rels, tuple, record, false);
+    record.tid = tuple->t_self;
+    record.found = true;
+    record.writer = Writer::self;
+    // Lets a later call in the same statement update the row we just wrote.
+    CommandCounterIncrement();
+}
+
+TM_Result update_record(const Relations &rels, Record &record)
+{
+    HeapTuple tuple = heap_form_tuple(RelationGetDescr(rels.heap), record.values, record.nulls);
+    TM_FailureData failure;
+    LockTupleMode lockmode;
+    TM_Result result = heap_update(rels.heap, &record.tid, tuple, GetCurrentCommandId(true),
+                                   InvalidSnapshot, true, &failure, &lockmode);
+    switch (result)
+    {
+        case TM_Ok:
+            break;
+        case TM_Deleted:
+        case TM_Updated:
+            return result;
+        default:
+            elog(ERROR, "unexpected heap_update result %d on idempotency.keys", (int)result);
+    }
+    if (!HeapTupleIsHeapOnly(tuple))
+        insert_index_entries(rels, tuple, record, true);
+    record.tid = tuple->t_self;
+    record.writer = Writer::self;
+    CommandCounterIncrement();
+    return TM_Ok;
+}
+
+static void key_locktag(LOCKTAG *tag, Datum scope, Datum key)
+{
+    const text *s = DatumGetTextPP(scope);
+    const text *k = DatumGetTextPP(key);
+    uint32 scope_hash =
+        hash_bytes(reinterpret_cast<const unsigned char *>(VARDATA_ANY(s)), VARSIZE_ANY_EXHDR(s));
+    uint64 hash = hash_bytes_extended(reinterpret_cast<const unsigned char *>(VARDATA_ANY(k)),
+                                      VARSIZE_ANY_EXHDR(k), scope_hash);
+    SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32)(hash >> 32), (uint32)hash, key_lock_tag);
+}
+
+KeyLock lock_key(Datum scope, Datum key, bool wait)
+{
+    LOCKTAG tag;
+    key_locktag(&tag, scope, key);
+    switch (LockAcquire(&tag, ExclusiveLock, false, !wait))
+    {
+        case LOCKACQUIRE_NOT_AVAIL:
+            return KeyLock::busy;
+        case LOCKACQUIRE_OK:
+            return KeyLock::acquired;
+        default:
+            return KeyLock::already_held;
+    }
+}
+
+void unlock_key(Datum scope, Datum key)
+{
+    LOCKTAG tag;
+    key_locktag(&tag, scope, key);
+    LockRelease(&tag, ExclusiveLock, false);
+}
+
+} // namespace idempotency::store

@@ -1,0 +1,141 @@
+// Access to idempotency.keys through the heap and index APIs: no SQL text on
+// the hot path.
+//
+// Concurrency scheme (the reason for every function here):
+//  * Every transaction that writes a key's row first takes that key's lock: a
+//    transaction-scoped heavyweight lock in the advisory lock space, tagged
+//    (database, 64-bit hash of scope and key, key_lock_tag).  Holding it means
+//    "I am the only one changing this key until I commit or roll back", so
+//    two callers can never both claim.  Callers that only read never take it.
+//  * Reads use a dirty snapshot: they see the newest committed version, plus
+//    versions written by transactions still in progress, flagged as such.  So
+//    a caller never claims a key because its own snapshot is older than a
+//    completion, whatever the isolation level, and it can tell an uncommitted
+//    claim by another transaction (in_progress, or mismatch) from a
+//    committed one.
+//  * The expiry sweep deletes without the key lock but never waits: a row some
+//    transaction is changing right now is skipped.  A writer that loses a race
+//    against a committed expiry sees TM_Deleted from update_record and reads
+//    again.
+#pragma once
+
+#include "pg.hpp"
+#include "request_hash.hpp"
+
+extern "C"
+{
+#include "access/tableam.h"
+#include "utils/timestamp.h"
+#include "utils/relcache.h"
+}
+
+namespace idempotency::store
+{
+
+// Column numbers of idempotency.keys (0-based), in table order.  The columns a
+// claim never changes come first; see the install script.
+enum Column
+{
+    col_scope,
+    col_key,
+    col_request,
+    col_created_at,
+    col_ttl,
+    col_expires_at,
+    col_status,
+    col_attempt,
+    col_lease_expires_at,
+    col_completed_at,
+    col_response_status,
+    col_recovery_point,
+    col_response_body,
+    col_response_headers,
+    column_count
+};
+
+constexpr char status_in_progress = 'p';
+constexpr char status_completed = 'c';
+
+struct Relations
+{
+    Relation heap;
+    Relation pkey;
+    Relation expiry;
+    LOCKMODE lockmode;
+};
+
+// Who wrote the version a read returned.
+enum class Writer
+{
+    committed, // a committed transaction: the state everyone agrees on
+    self,      // the calling transaction (or one of its live subtransactions)
+    other      // another transaction still in progress; it holds the key lock
+};
+
+// One version of a row, decoded.  Datums point into palloc'd memory of the
+// calling context; varlena values may still be compressed or TOASTed.
+struct Record
+{
+    bool found;
+    Writer writer;
+    ItemPointerData tid;
+    Datum values[column_count];
+    bool nulls[column_count];
+
+    const RequestHash *request() const { return datum_get_request_hash(values[col_request]); }
+    char status() const { return DatumGetChar(values[col_status]); }
+    bool completed() const { return status() == status_completed; }
+    int32 attempt() const { return DatumGetInt32(values[col_attempt]); }
+    TimestampTz created_at() const { return DatumGetTimestampTz(values[col_created_at]); }
+    TimestampTz expires_at() const { return DatumGetTimestampTz(values[col_expires_at]); }
+    TimestampTz lease_expires_at() const
+    {
+        return nulls[col_lease_expires_at] ? DT_NOBEGIN
+                                           : DatumGetTimestampTz(values[col_lease_expires_at]);
+    }
+    // A record past its expiry is as good as absent -- unless it is an
+    // unfinished claim whose lease still runs.
+    bool expired(TimestampTz now) const
+    {
+        return expires_at() <= now && (completed() || lease_expires_at() <= now);
+    }
+    void set(Column column, Datum value)
+    {
+        values[column] = value;
+        nulls[column] = false;
+    }
+    void set_null(Column column)
+    {
+        values[column] = (Datum)0;
+        nulls[column] = true;
+    }
+};
+
+// Opens idempotency.keys and its indexes; RowExclusiveLock to write,
+// AccessShareLock to read.
+Relations open_relations(LOCKMODE lockmode);
+void close_relations(const Relations &rels);
+
+// The newest version of (scope, key), seen through a dirty snapshot.
+Record read_latest(const Relations &rels, Datum scope, Datum key);
+// The version of (scope, key) visible to an MVCC snapshot.
+Record read_visible(const Relations &rels, Datum scope, Datum key, Snapshot snapshot);
+
+// Writes `record` as a new row; the caller holds the key lock.
+void insert_record(const Relations &rels, Record &record);
+// Replaces the version `record.tid` with `record`'s values; the caller holds
+// the key lock.  Returns TM_Ok, or TM_Deleted/TM_Updated when a concurrent
+// expiry got there first (the caller reads again).
+TM_Result update_record(const Relations &rels, Record &record);
+
+// The per-key lock described above.
+enum class KeyLock
+{
+    acquired,     // newly taken by this call
+    already_held, // this transaction holds it already
+    busy          // another transaction holds it (only when not waiting)
+};
+KeyLock lock_key(Datum scope, Datum key, bool wait);
+void unlock_key(Datum scope, Datum key);
+
+} // namespace idempotency::store
