@@ -244,12 +244,18 @@ struct BeginAnswer
 {
     Outcome outcome;
     Record record;
-    int64 retry_after_us; // in_progress only
+    int64 retry_after_us;    // in_progress only
+    bool holder_uncommitted; // in_progress because a transaction holds the key lock
 };
 
 BeginAnswer answer(Outcome outcome, const Record &record, int64 retry_after_us = 0)
 {
-    return BeginAnswer{outcome, record, retry_after_us};
+    return BeginAnswer{outcome, record, retry_after_us, false};
+}
+
+BeginAnswer held_by_transaction(const Record &record)
+{
+    return BeginAnswer{Outcome::in_progress, record, uncommitted_retry_after_us, true};
 }
 
 // The answer for a state that needs no write.
@@ -266,7 +272,7 @@ BeginAnswer answer_without_claim(KeyState state, const Record &record, Timestamp
         case KeyState::held_leased:
             return answer(Outcome::in_progress, record, record.lease_expires_at() - now);
         default:
-            return answer(Outcome::in_progress, record, uncommitted_retry_after_us);
+            return held_by_transaction(record);
     }
 }
 
@@ -317,7 +323,7 @@ BeginAnswer begin_once(const Relations &rels, const BeginArgs &args)
          reread++)
     {
         if (reread == busy_rereads)
-            return answer(Outcome::in_progress, record, uncommitted_retry_after_us);
+            return held_by_transaction(record);
         pg_usleep(busy_reread_pause_us);
         CHECK_FOR_INTERRUPTS();
         now = GetCurrentTimestamp();
@@ -354,31 +360,36 @@ BeginAnswer begin_once(const Relations &rels, const BeginArgs &args)
     }
 }
 
-// The caller's wait, cut short by lock_timeout when that is set.
-TimestampTz wait_deadline(int64 wait_us)
-{
-    if (LockTimeout > 0 && int64(LockTimeout) * 1000 < wait_us)
-        wait_us = int64(LockTimeout) * 1000;
-    return GetCurrentTimestamp() + wait_us;
-}
-
+// Waits up to `wait_us` for the key to settle, then answers as if called
+// afresh.  A holder that is a transaction is waited for on its key lock; a
+// committed claim has no transaction to wait for, so its lease is polled.
+// lock_timeout, when set and shorter, cuts the wait short with in_progress.
 BeginAnswer begin_waiting(const Relations &rels, const BeginArgs &args)
 {
-    constexpr long max_pause_ms = 50;
-    TimestampTz deadline = wait_deadline(args.wait_us);
-    long pause_ms = 1;
+    constexpr long max_poll_ms = 50;
+    int64 wait_us = args.wait_us;
+    if (LockTimeout > 0 && int64(LockTimeout) * 1000 < wait_us)
+        wait_us = int64(LockTimeout) * 1000;
+    TimestampTz deadline = GetCurrentTimestamp() + wait_us;
+    long poll_ms = 1;
     for (;;)
     {
         BeginAnswer result = begin_once(rels, args);
         TimestampTz now = GetCurrentTimestamp();
         if (result.outcome != Outcome::in_progress || now >= deadline)
             return result;
-        long remaining_ms = long((deadline - now + 999) / 1000);
+        int remaining_ms = int((deadline - now + 999) / 1000);
+        if (result.holder_uncommitted)
+        {
+            if (!store::wait_for_key(args.key.scope, args.key.key, remaining_ms))
+                return begin_once(rels, args);
+            continue;
+        }
         (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-                        Min(pause_ms, remaining_ms), PG_WAIT_EXTENSION);
+                        Min(poll_ms, long(remaining_ms)), PG_WAIT_EXTENSION);
         ResetLatch(MyLatch);
         CHECK_FOR_INTERRUPTS();
-        pause_ms = Min(pause_ms * 2, max_pause_ms);
+        poll_ms = Min(poll_ms * 2, max_poll_ms);
     }
 }
 
@@ -475,10 +486,7 @@ Record held_claim(const Relations &rels, const KeyArgs &key, bool has_attempt, i
         ereport(ERROR, (errcode(errcode_key_not_claimed),
                         errmsg("idempotency key \"%s\" is not claimed", key_for_message(key.key)),
                         errhint("Call idempotency_begin() first.")));
-    if (record.completed())
-        ereport(ERROR,
-                (errcode(errcode_key_completed),
-                 errmsg("idempotency key \"%s\" is already completed", key_for_message(key.key))));
+    // A fenced-off holder hears that first: its result must not be stored.
     if (has_attempt && attempt != record.attempt())
         ereport(ERROR, (errcode(errcode_stale_attempt),
                         errmsg("attempt %d of idempotency key \"%s\" is stale", attempt,
@@ -486,6 +494,10 @@ Record held_claim(const Relations &rels, const KeyArgs &key, bool has_attempt, i
                         errdetail("The key's current attempt is %d: its lease ended and another "
                                   "caller took it over.",
                                   record.attempt())));
+    if (record.completed())
+        ereport(ERROR,
+                (errcode(errcode_key_completed),
+                 errmsg("idempotency key \"%s\" is already completed", key_for_message(key.key))));
     return record;
 }
 

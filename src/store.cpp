@@ -17,6 +17,8 @@ extern "C"
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
 #include "storage/lock.h"
+#include "storage/proc.h"
+#include "utils/resowner.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -227,6 +229,47 @@ void unlock_key(Datum scope, Datum key)
     LOCKTAG tag;
     key_locktag(&tag, scope, key);
     LockRelease(&tag, ExclusiveLock, false);
+}
+
+bool wait_for_key(Datum scope, Datum key, int timeout_ms)
+{
+    LOCKTAG tag;
+    key_locktag(&tag, scope, key);
+    // The lock manager can only give up on a wait by raising lock_timeout's
+    // error, so the wait runs in a subtransaction that absorbs exactly that
+    // error, as a PL/pgSQL exception block would.
+    MemoryContext context = CurrentMemoryContext;
+    ResourceOwner owner = CurrentResourceOwner;
+    int saved_lock_timeout = LockTimeout;
+    bool free = true;
+    BeginInternalSubTransaction(nullptr);
+    MemoryContextSwitchTo(context);
+    PG_TRY();
+    {
+        LockTimeout = timeout_ms;
+        LockAcquire(&tag, ExclusiveLock, false, false);
+        LockTimeout = saved_lock_timeout;
+        LockRelease(&tag, ExclusiveLock, false);
+        ReleaseCurrentSubTransaction();
+    }
+    PG_CATCH();
+    {
+        LockTimeout = saved_lock_timeout;
+        MemoryContextSwitchTo(context);
+        ErrorData *error = CopyErrorData();
+        FlushErrorState();
+        RollbackAndReleaseCurrentSubTransaction();
+        MemoryContextSwitchTo(context);
+        CurrentResourceOwner = owner;
+        if (error->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+            ReThrowError(error);
+        FreeErrorData(error);
+        free = false;
+    }
+    PG_END_TRY();
+    MemoryContextSwitchTo(context);
+    CurrentResourceOwner = owner;
+    return free;
 }
 
 } // namespace idempotency::store

@@ -137,5 +137,10 @@ enum class KeyLock
 };
 KeyLock lock_key(Datum scope, Datum key, bool wait);
 void unlock_key(Datum scope, Datum key);
+// Waits, as an ordinary lock wait (visible in pg_locks, cancellable, seen by
+// the deadlock detector), until the key lock is free or `timeout_ms` passed;
+// true when it was free.  Other errors (statement_timeout, cancel, deadlock)
+// propagate.
+bool wait_for_key(Datum scope, Datum key, int timeout_ms);
 
 } // namespace idempotency::store
