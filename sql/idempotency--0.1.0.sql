@@ -37,7 +37,7 @@ CREATE FUNCTION @extschema@.request_hash(bytea) RETURNS @extschema@.request_hash
 COMMENT ON FUNCTION @extschema@.request_hash(bytea) IS 'SHA-256 of the bytes';
 CREATE FUNCTION @extschema@.request_hash(text) RETURNS @extschema@.request_hash
     AS 'MODULE_PATHNAME', 'request_hash_from_text' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.request_hash(text) IS 'SHA-256 of the text''s UTF-8 bytes';
+COMMENT ON FUNCTION @extschema@.request_hash(text) IS 'SHA-256 of the text''s bytes in the database encoding (UTF-8 in a UTF-8 database)';
 CREATE FUNCTION @extschema@.request_hash(jsonb) RETURNS @extschema@.request_hash
     AS 'MODULE_PATHNAME', 'request_hash_from_jsonb' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.request_hash(jsonb) IS
@@ -60,6 +60,8 @@ CREATE CAST (bytea AS @extschema@.request_hash)
     WITH FUNCTION @extschema@.request_hash_from_digest(bytea);
 CREATE CAST (@extschema@.request_hash AS bytea)
     WITH FUNCTION @extschema@.request_hash_digest(@extschema@.request_hash);
+COMMENT ON CAST (bytea AS @extschema@.request_hash) IS 'wraps a 32-byte digest; does not hash';
+COMMENT ON CAST (@extschema@.request_hash AS bytea) IS 'the 32 digest bytes';
 
 -- Comparison: byte-wise, so the btree order is the order of the hex text.
 CREATE FUNCTION @extschema@.request_hash_eq(@extschema@.request_hash, @extschema@.request_hash) RETURNS boolean
@@ -142,6 +144,8 @@ CREATE OPERATOR CLASS @extschema@.request_hash_hash_ops
         FUNCTION 2 @extschema@.request_hash_hash_extended(@extschema@.request_hash, bigint);
 COMMENT ON OPERATOR CLASS @extschema@.request_hash_ops USING btree IS 'default btree operator class for request_hash';
 COMMENT ON OPERATOR CLASS @extschema@.request_hash_hash_ops USING hash IS 'default hash operator class for request_hash';
+COMMENT ON OPERATOR FAMILY @extschema@.request_hash_ops USING btree IS 'btree operators of request_hash';
+COMMENT ON OPERATOR FAMILY @extschema@.request_hash_hash_ops USING hash IS 'hash operators of request_hash';
 COMMENT ON OPERATOR @extschema@.= (@extschema@.request_hash, @extschema@.request_hash) IS 'equal';
 COMMENT ON OPERATOR @extschema@.<> (@extschema@.request_hash, @extschema@.request_hash) IS 'not equal';
 COMMENT ON OPERATOR @extschema@.< (@extschema@.request_hash, @extschema@.request_hash) IS 'less than (byte-wise)';

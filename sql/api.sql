@@ -1,0 +1,119 @@
+-- Every outcome of idempotency_begin and the life of a key, single session.
+CREATE EXTENSION idempotency;
+CREATE TABLE orders (id serial PRIMARY KEY, item text NOT NULL);
+
+-- A new request is claimed; the work and the response commit together.
+BEGIN;
+SELECT outcome, attempt, response_status, response_body, recovery_point, retry_after,
+       expires_at - created_at BETWEEN '1 day' AND '1 day 1 second' AS expires_in_a_day
+  FROM idempotency_begin('shop', 'key-1', request_hash('{"item": "book"}'::jsonb));
+INSERT INTO orders (item) VALUES ('book');
+SELECT idempotency_complete('shop', 'key-1', 201, '{"order": 1}', '{"Location": "/orders/1"}');
+COMMIT;
+
+-- A retry with the same request replays the stored response.
+SELECT outcome, attempt, response_status, response_body, response_headers, retry_after
+  FROM idempotency_begin('shop', 'key-1', request_hash('{ "item" : "book" }'::jsonb));
+-- ... and writes nothing: the row is untouched.
+SELECT xmin = (SELECT xmin FROM idempotency.keys WHERE key = 'key-1') AS row_unchanged
+  FROM idempotency.keys WHERE key = 'key-1';
+
+-- The same key with another request is a mismatch; nothing of the stored
+-- response is revealed.
+SELECT outcome, attempt, response_status, response_body, response_headers, created_at IS NOT NULL AS has_created_at
+  FROM idempotency_begin('shop', 'key-1', request_hash('{"item": "car"}'::jsonb));
+
+-- Scopes are separate namespaces; keys compare byte-wise.
+SELECT outcome FROM idempotency_begin('other-shop', 'key-1', request_hash('x'::text));
+SELECT outcome FROM idempotency_begin('shop', 'KEY-1', request_hash('x'::text));
+SELECT outcome FROM idempotency_begin('shop', 'key-1 ', request_hash('x'::text));
+
+-- Begin twice in one transaction: the same claim, the same attempt.
+BEGIN;
+SELECT outcome, attempt FROM idempotency_begin('shop', 'key-2', request_hash('r'::text));
+SELECT outcome, attempt FROM idempotency_begin('shop', 'key-2', request_hash('r'::text));
+-- Begin and complete in one statement work too.
+SELECT (idempotency_begin('shop', 'key-3', request_hash('r'::text))).outcome,
+       idempotency_complete('shop', 'key-3', 200);
+ROLLBACK;
+-- The rollback undid the claims: as if never made.
+SELECT count(*) FROM idempotency.keys WHERE key IN ('key-2', 'key-3');
+SELECT * FROM idempotency_lookup('shop', 'key-2');
+
+-- lookup shows the record as the snapshot sees it.
+SELECT status, request = request_hash('{"item": "book"}'::jsonb) AS same_request, attempt,
+       response_status, response_body, response_headers, recovery_point,
+       lease_expires_at, completed_at >= created_at AS completed_after_created,
+       expires_at > completed_at AS expires_later
+  FROM idempotency_lookup('shop', 'key-1');
+
+-- Two-phase use: the claim commits as in progress with a lease.
+SELECT outcome, attempt FROM idempotency_begin('pay', 'charge-1', request_hash('10 EUR'::text), lease => '1 hour');
+SELECT outcome, attempt, retry_after BETWEEN '59 minutes' AND '1 hour' AS retry_after_lease
+  FROM idempotency_begin('pay', 'charge-1', request_hash('10 EUR'::text));
+SELECT idempotency_checkpoint('pay', 'charge-1', 'provider-called', lease => '2 hours', attempt => 1)
+       BETWEEN now() + '119 minutes' AND now() + '2 hours 1 minute' AS lease_extended;
+SELECT status, attempt, recovery_point FROM idempotency_lookup('pay', 'charge-1');
+-- A heartbeat without a recovery point keeps the last one.
+SELECT idempotency_checkpoint('pay', 'charge-1', NULL) IS NOT NULL AS heartbeat;
+SELECT recovery_point FROM idempotency_lookup('pay', 'charge-1');
+-- Release ends the lease: the next begin takes over with attempt + 1 and the
+-- recovery point.
+SELECT idempotency_release('pay', 'charge-1', attempt => 1);
+SELECT outcome, attempt, recovery_point FROM idempotency_begin('pay', 'charge-1', request_hash('10 EUR'::text));
+SELECT idempotency_complete('pay', 'charge-1', 200, '{"charged": true}', attempt => 2);
+SELECT outcome, attempt, response_body FROM idempotency_begin('pay', 'charge-1', request_hash('10 EUR'::text));
+
+-- Server errors are not stored by default: the claim is dropped so that a
+-- retry runs again, with the next attempt.
+SELECT outcome FROM idempotency_begin('shop', 'flaky', request_hash('r'::text));
+SELECT idempotency_complete('shop', 'flaky', 503, '{"error": "unavailable"}');
+SELECT outcome, attempt, response_status FROM idempotency_begin('shop', 'flaky', request_hash('r'::text));
+-- ... unless idempotency.store_server_errors is on.
+SET idempotency.store_server_errors = on;
+SELECT idempotency_complete('shop', 'flaky', 500, '{"error": "boom"}');
+RESET idempotency.store_server_errors;
+SELECT outcome, attempt, response_status, response_body FROM idempotency_begin('shop', 'flaky', request_hash('r'::text));
+
+-- Client errors (4xx) are stored and replayed like any response.
+SELECT outcome FROM idempotency_begin('shop', 'bad', request_hash('r'::text));
+SELECT idempotency_complete('shop', 'bad', 422, '{"error": "invalid"}');
+SELECT outcome, response_status FROM idempotency_begin('shop', 'bad', request_hash('r'::text));
+
+-- A record past its expiry is treated as absent.
+SELECT outcome FROM idempotency_begin('shop', 'short', request_hash('r'::text), ttl => '1 second');
+SELECT idempotency_complete('shop', 'short', 200, '{"v": 1}');
+SELECT outcome FROM idempotency_begin('shop', 'short', request_hash('r'::text));
+UPDATE idempotency.keys SET expires_at = now() - interval '1 second' WHERE key = 'short';
+SELECT * FROM idempotency_lookup('shop', 'short');
+SELECT outcome, attempt, response_body FROM idempotency_begin('shop', 'short', request_hash('another'::text));
+
+-- Defaults come from the settings.
+SHOW idempotency.default_ttl;
+SHOW idempotency.default_lease;
+SHOW idempotency.default_wait;
+SHOW idempotency.max_key_length;
+SHOW idempotency.max_response_bytes;
+SHOW idempotency.store_server_errors;
+SET idempotency.default_ttl = '1h';
+SET idempotency.default_lease = '5s';
+SELECT outcome, expires_at - created_at BETWEEN '1 hour' AND '1 hour 1 second' AS ttl_from_setting
+  FROM idempotency_begin('shop', 'defaults', request_hash('r'::text));
+SELECT lease_expires_at - created_at BETWEEN '5 seconds' AND '6 seconds' AS lease_from_setting
+  FROM idempotency_lookup('shop', 'defaults');
+RESET idempotency.default_ttl;
+RESET idempotency.default_lease;
+
+-- Completing keeps the indexed columns, so the update is HOT (one heap
+-- version added in place, no index entries).
+BEGIN;
+SELECT outcome FROM idempotency_begin('shop', 'hot', request_hash('r'::text));
+SELECT n_tup_upd AS updates_before, n_tup_hot_upd AS hot_before
+  FROM pg_stat_xact_user_tables WHERE relid = 'idempotency.keys'::regclass \gset
+SELECT idempotency_complete('shop', 'hot', 200, '{"ok": true}');
+SELECT n_tup_upd - :updates_before AS updates, n_tup_hot_upd - :hot_before AS hot_updates
+  FROM pg_stat_xact_user_tables WHERE relid = 'idempotency.keys'::regclass;
+COMMIT;
+
+DROP TABLE orders;
+DROP EXTENSION idempotency;

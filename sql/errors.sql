@@ -1,0 +1,108 @@
+-- Bad input gets a clear error with a documented SQLSTATE, and nothing changes.
+CREATE EXTENSION idempotency;
+
+-- Runs a statement and shows "SQLSTATE: message" (or "ok").  The exception
+-- block is a savepoint, so a failed call leaves nothing behind.
+CREATE FUNCTION pg_temp.try(statement text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE statement;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END
+$$;
+
+SELECT outcome FROM idempotency_begin('s', 'done', request_hash('r'::text));
+SELECT idempotency_complete('s', 'done', 200, '{"secret": "response body"}');
+SELECT outcome FROM idempotency_begin('s', 'held', request_hash('r'::text), lease => '1 hour');
+CREATE TABLE before AS SELECT * FROM idempotency.keys;
+
+-- 22004: a required argument is NULL (no function returns NULL silently)
+SELECT pg_temp.try($$ SELECT idempotency_begin(NULL, 'k', request_hash('r'::text)) $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', NULL, request_hash('r'::text)) $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', NULL) $$);
+SELECT pg_temp.try($$ SELECT idempotency_complete(NULL, 'held', 200) $$);
+SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'held', NULL) $$);
+SELECT pg_temp.try($$ SELECT idempotency_checkpoint('s', NULL, 'p') $$);
+SELECT pg_temp.try($$ SELECT idempotency_release(NULL, 'held') $$);
+SELECT pg_temp.try($$ SELECT * FROM idempotency_lookup('s', NULL) $$);
+SELECT pg_temp.try($$ SELECT * FROM idempotency_lookup(NULL, 'k') $$);
+
+-- 22023: empty key; ttl, lease or wait out of range; status out of range
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', '', request_hash('r'::text)) $$);
+SELECT pg_temp.try($$ SELECT * FROM idempotency_lookup('s', '') $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', request_hash('r'::text), ttl => '0') $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', request_hash('r'::text), ttl => '-1 day') $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', request_hash('r'::text), ttl => '10 years 1 day') $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k2', request_hash('r'::text), lease => '0 seconds') $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k2', request_hash('r'::text), lease => '11 years') $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k2', request_hash('r'::text), wait => '-1 ms') $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k2', request_hash('r'::text), wait => '1 hour 1 second') $$);
+SELECT pg_temp.try($$ SELECT idempotency_checkpoint('s', 'held', 'p', lease => '-5 minutes') $$);
+SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'held', 99) $$);
+SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'held', 600) $$);
+
+-- 22001: over-long key or scope (idempotency.max_key_length bytes, multibyte
+-- characters count as their UTF-8 bytes); the message shows a prefix only
+SET idempotency.max_key_length = 8;
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', '123456789', request_hash('r'::text)) $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'éééée', request_hash('r'::text)) $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('long scope', 'k', request_hash('r'::text)) $$);
+-- at the limit is fine
+BEGIN;
+SELECT outcome FROM idempotency_begin('s', '12345678', request_hash('r'::text));
+SELECT outcome FROM idempotency_begin('s', 'éééé', request_hash('r'::text));
+ROLLBACK;
+RESET idempotency.max_key_length;
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', repeat('x', 300), request_hash('r'::text)) $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', repeat('é', 200), request_hash('r'::text)) $$);
+
+-- 22P02: a malformed request_hash
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', 'not a hash') $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', '\x00'::bytea::request_hash) $$);
+
+-- 54000: a response over idempotency.max_response_bytes, measured as the
+-- uncompressed jsonb sizes of body and headers added up (pg_column_size of a
+-- fresh value); the limit itself is accepted
+SELECT pg_column_size('{"a": "0123456789"}'::jsonb) AS body_bytes, pg_column_size('{"h": 1}'::jsonb) AS header_bytes;
+SET idempotency.max_response_bytes = 54;
+SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'held', 200, '{"a": "0123456789"}', '{"h": 1}') $$);
+SET idempotency.max_response_bytes = 55;
+BEGIN;
+SELECT idempotency_complete('s', 'held', 200, '{"a": "0123456789"}', '{"h": 1}');
+ROLLBACK;
+RESET idempotency.max_response_bytes;
+SELECT pg_temp.try($$ SELECT idempotency_checkpoint('s', 'held', repeat('x', 2000000)) $$);
+
+-- IK001: complete, checkpoint or release of a key nobody holds
+SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'nobody', 200) $$);
+SELECT pg_temp.try($$ SELECT idempotency_checkpoint('s', 'nobody', 'p') $$);
+SELECT pg_temp.try($$ SELECT idempotency_release('s', 'nobody') $$);
+-- IK002: ... of a key already completed
+SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'done', 200) $$);
+SELECT pg_temp.try($$ SELECT idempotency_release('s', 'done') $$);
+-- IK003: a stale attempt (another caller took the lease over)
+SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'held', 200, attempt => 7) $$);
+SELECT pg_temp.try($$ SELECT idempotency_checkpoint('s', 'held', 'p', attempt => 0) $$);
+SELECT pg_temp.try($$ SELECT idempotency_release('s', 'held', attempt => 2) $$);
+
+-- 25006: a read-only transaction (lookup still works)
+BEGIN READ ONLY;
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', request_hash('r'::text)) $$);
+SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'held', 200) $$);
+SELECT pg_temp.try($$ SELECT idempotency_checkpoint('s', 'held', 'p') $$);
+SELECT pg_temp.try($$ SELECT idempotency_release('s', 'held') $$);
+SELECT status FROM idempotency_lookup('s', 'done');
+ROLLBACK;
+
+-- Nothing changed: the table is exactly as before.
+SELECT count(*) AS changed_rows FROM (
+    (SELECT * FROM idempotency.keys EXCEPT SELECT * FROM before)
+    UNION ALL
+    (SELECT * FROM before EXCEPT SELECT * FROM idempotency.keys)) AS changes;
+-- ... and no message ever contained the response body.
+SELECT count(*) AS leaks FROM pg_temp.try($$ SELECT idempotency_complete('s', 'done', 200) $$) AS m
+ WHERE m LIKE '%secret%';
+
+DROP TABLE before;
+DROP EXTENSION idempotency;

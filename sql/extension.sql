@@ -1,0 +1,35 @@
+-- The extension as an object: dump registration, comments, clean removal.
+CREATE EXTENSION idempotency;
+
+-- pg_dump keeps the keys (a restore without them would replay nothing).
+SELECT extconfig::regclass[] AS dumped_tables, extcondition FROM pg_extension WHERE extname = 'idempotency';
+
+-- Every object the extension creates carries a comment (implicit array
+-- types and the primary key's index excepted).
+SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS uncommented
+  FROM pg_depend d
+ WHERE d.refclassid = 'pg_extension'::regclass
+   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idempotency')
+   AND d.deptype = 'e'
+   AND obj_description(d.objid, d.classid::regclass::name) IS NULL
+ ORDER BY 1;
+
+-- A user's own table named like the usual hand-written one does not clash.
+CREATE TABLE idempotency_keys (key text PRIMARY KEY);
+CREATE TABLE keys (id int);
+SELECT outcome FROM idempotency_begin('s', 'k', request_hash('r'::text));
+DROP TABLE idempotency_keys, keys;
+
+-- DROP EXTENSION removes everything it created, data included.
+DROP EXTENSION idempotency;
+SELECT count(*) AS schemas FROM pg_namespace WHERE nspname = 'idempotency';
+SELECT count(*) AS types FROM pg_type WHERE typname IN ('request_hash', 'idempotency_outcome', '_request_hash');
+SELECT count(*) AS functions FROM pg_proc WHERE proname LIKE 'idempotency%' OR proname LIKE 'request_hash%';
+SELECT count(*) AS operator_classes FROM pg_opclass WHERE opcname LIKE 'request_hash%';
+SELECT count(*) AS operator_families FROM pg_opfamily WHERE opfname LIKE 'request_hash%';
+SELECT count(*) AS casts FROM pg_cast WHERE castsource = 'bytea'::regtype AND casttarget NOT IN (SELECT oid FROM pg_type WHERE typnamespace = 'pg_catalog'::regnamespace);
+
+-- And it installs again after removal.
+CREATE EXTENSION idempotency;
+SELECT count(*) AS keys_after_reinstall FROM idempotency.keys;
+DROP EXTENSION idempotency;
