@@ -247,3 +247,46 @@ REVOKE ALL ON FUNCTION @extschema@.idempotency_complete(text, text, integer, jso
 REVOKE ALL ON FUNCTION @extschema@.idempotency_checkpoint(text, text, text, interval, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idempotency_release(text, text, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idempotency_lookup(text, text) FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
+-- Expiry and statistics
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION @extschema@.idempotency_expire(max_rows bigint DEFAULT NULL) RETURNS bigint
+    AS 'MODULE_PATHNAME', 'idempotency_expire' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.idempotency_expire(bigint) IS
+    'delete up to max_rows expired keys of this database now (all when NULL); returns the number deleted';
+
+CREATE FUNCTION @extschema@.idempotency_stats(
+    OUT preloaded boolean,
+    OUT claims bigint, OUT replays bigint, OUT mismatches bigint, OUT in_progress bigint,
+    OUT waits bigint, OUT wait_time interval,
+    OUT completes bigint, OUT server_errors_dropped bigint, OUT checkpoints bigint, OUT releases bigint,
+    OUT keys_expired bigint, OUT sweeps bigint, OUT last_sweep_at timestamptz, OUT last_sweep_duration interval,
+    OUT last_error text, OUT last_error_at timestamptz)
+    AS 'MODULE_PATHNAME', 'idempotency_stats' LANGUAGE C VOLATILE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.idempotency_stats() IS
+    'counters of the whole server since it started; NULL unless the library is in shared_preload_libraries';
+
+CREATE FUNCTION @extschema@.idempotency_scope_stats(
+    OUT scope text, OUT in_progress bigint, OUT completed bigint, OUT expired bigint,
+    OUT oldest_created_at timestamptz)
+    RETURNS SETOF record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT k.scope,
+               count(*) FILTER (WHERE k.status OPERATOR(pg_catalog.=) 'p'::"char"),
+               count(*) FILTER (WHERE k.status OPERATOR(pg_catalog.=) 'c'::"char"),
+               count(*) FILTER (WHERE k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()),
+               pg_catalog.min(k.created_at)
+          FROM idempotency.keys AS k
+         GROUP BY k.scope
+         ORDER BY k.scope
+    $$;
+COMMENT ON FUNCTION @extschema@.idempotency_scope_stats() IS
+    'per scope: keys in progress, completed, past their expiry time, and the oldest claim (reads the table)';
+
+REVOKE ALL ON FUNCTION @extschema@.idempotency_expire(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_stats() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_scope_stats() FROM PUBLIC;

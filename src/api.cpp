@@ -1,6 +1,7 @@
 // SQL entry points: argument checks, then the store, then the result.
 #include "boundary.hpp"
 #include "module.hpp"
+#include "stats.hpp"
 #include "store.hpp"
 
 extern "C"
@@ -360,11 +361,12 @@ BeginAnswer begin_once(const Relations &rels, const BeginArgs &args)
     }
 }
 
-// Waits up to `wait_us` for the key to settle, then answers as if called
-// afresh.  A holder that is a transaction is waited for on its key lock; a
-// committed claim has no transaction to wait for, so its lease is polled.
-// lock_timeout, when set and shorter, cuts the wait short with in_progress.
-BeginAnswer begin_waiting(const Relations &rels, const BeginArgs &args)
+// Waits up to `wait_us` for a key answered in_progress to settle, then
+// answers as if called afresh.  A holder that is a transaction is waited for
+// on its key lock; a committed claim has no transaction to wait for, so its
+// lease is polled.  lock_timeout, when set and shorter, cuts the wait short
+// with in_progress.
+BeginAnswer wait_for_holder(const Relations &rels, const BeginArgs &args, BeginAnswer result)
 {
     constexpr long max_poll_ms = 50;
     int64 wait_us = args.wait_us;
@@ -374,23 +376,39 @@ BeginAnswer begin_waiting(const Relations &rels, const BeginArgs &args)
     long poll_ms = 1;
     for (;;)
     {
-        BeginAnswer result = begin_once(rels, args);
         TimestampTz now = GetCurrentTimestamp();
         if (result.outcome != Outcome::in_progress || now >= deadline)
             return result;
         int remaining_ms = int((deadline - now + 999) / 1000);
         if (result.holder_uncommitted)
+            (void)store::wait_for_key(args.key.scope, args.key.key, remaining_ms);
+        else
         {
-            if (!store::wait_for_key(args.key.scope, args.key.key, remaining_ms))
-                return begin_once(rels, args);
-            continue;
+            (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                            Min(poll_ms, long(remaining_ms)), PG_WAIT_EXTENSION);
+            ResetLatch(MyLatch);
+            CHECK_FOR_INTERRUPTS();
+            poll_ms = Min(poll_ms * 2, max_poll_ms);
         }
-        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-                        Min(poll_ms, long(remaining_ms)), PG_WAIT_EXTENSION);
-        ResetLatch(MyLatch);
-        CHECK_FOR_INTERRUPTS();
-        poll_ms = Min(poll_ms * 2, max_poll_ms);
+        result = begin_once(rels, args);
     }
+}
+
+BeginAnswer begin(const Relations &rels, const BeginArgs &args)
+{
+    namespace stats = idempotency::stats;
+    BeginAnswer result = begin_once(rels, args);
+    if (result.outcome == Outcome::in_progress && args.wait_us > 0)
+    {
+        TimestampTz started = GetCurrentTimestamp();
+        result = wait_for_holder(rels, args, result);
+        stats::add(stats::waits);
+        stats::add(stats::wait_time_us, uint64(GetCurrentTimestamp() - started));
+    }
+    constexpr stats::Counter counters[] = {stats::claims, stats::replays,
+                                           stats::in_progress_answers, stats::mismatches};
+    stats::add(counters[int(result.outcome)]);
+    return result;
 }
 
 struct BeginResultType
@@ -537,7 +555,7 @@ IDEMPOTENCY_FUNCTION(idempotency_begin)
     require_writable("idempotency_begin");
 
     Relations rels = store::open_relations(RowExclusiveLock);
-    BeginAnswer result = args.wait_us > 0 ? begin_waiting(rels, args) : begin_once(rels, args);
+    BeginAnswer result = begin(rels, args);
     store::close_relations(rels);
     return begin_result(fcinfo, result);
 }
@@ -584,6 +602,8 @@ IDEMPOTENCY_FUNCTION(idempotency_complete)
     }
     write_claim(rels, key, record);
     store::close_relations(rels);
+    idempotency::stats::add(store_response ? idempotency::stats::completes
+                                           : idempotency::stats::server_errors_dropped);
     PG_RETURN_BOOL(store_response);
 }
 
@@ -611,6 +631,7 @@ IDEMPOTENCY_FUNCTION(idempotency_checkpoint)
     record.set(store::col_lease_expires_at, TimestampTzGetDatum(lease_end));
     write_claim(rels, key, record);
     store::close_relations(rels);
+    idempotency::stats::add(idempotency::stats::checkpoints);
     PG_RETURN_TIMESTAMPTZ(lease_end);
 }
 
@@ -626,6 +647,7 @@ IDEMPOTENCY_FUNCTION(idempotency_release)
     record.set(store::col_lease_expires_at, TimestampTzGetDatum(GetCurrentTimestamp()));
     write_claim(rels, key, record);
     store::close_relations(rels);
+    idempotency::stats::add(idempotency::stats::releases);
     PG_RETURN_VOID();
 }
 
@@ -701,4 +723,59 @@ IDEMPOTENCY_FUNCTION(idempotency_lookup)
         SRF_RETURN_NEXT(call, HeapTupleGetDatum(tuple));
     }
     SRF_RETURN_DONE(call);
+}
+
+// ---------------------------------------------------------------------------
+// Expiry and statistics
+// ---------------------------------------------------------------------------
+
+IDEMPOTENCY_FUNCTION(idempotency_expire)
+{
+    int64 max_rows = PG_ARGISNULL(0) ? -1 : PG_GETARG_INT64(0);
+    if (!PG_ARGISNULL(0) && max_rows < 0)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("invalid max_rows %lld", (long long)max_rows),
+                        errdetail("max_rows must be zero or more, or NULL for no limit.")));
+    require_writable("idempotency_expire");
+    Relations rels = store::open_relations(RowExclusiveLock);
+    int64 deleted = store::expire(rels, GetCurrentTimestamp(), max_rows);
+    store::close_relations(rels);
+    idempotency::stats::add(idempotency::stats::keys_expired, uint64(deleted));
+    PG_RETURN_INT64(deleted);
+}
+
+IDEMPOTENCY_FUNCTION(idempotency_stats)
+{
+    namespace stats = idempotency::stats;
+    TupleDesc desc;
+    if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
+        elog(ERROR, "idempotency_stats must return a composite type");
+    desc = BlessTupleDesc(desc);
+    // Result columns: preloaded, then the counters in stats::Counter order
+    // (wait_time as an interval), then the sweep and error fields.
+    constexpr int column_count = 1 + stats::counter_count + 4;
+    Datum values[column_count];
+    bool nulls[column_count];
+    for (int i = 0; i < column_count; i++)
+        nulls[i] = !stats::available();
+    values[0] = BoolGetDatum(stats::available());
+    nulls[0] = false;
+    if (stats::available())
+    {
+        stats::Snapshot snapshot = stats::read();
+        for (int i = 0; i < stats::counter_count; i++)
+            values[1 + i] = Int64GetDatum(int64(snapshot.counters[i]));
+        values[1 + stats::wait_time_us] = IntervalPGetDatum(
+            interval_from_us(int64(snapshot.counters[stats::wait_time_us])));
+        int last = 1 + stats::counter_count;
+        values[last] = TimestampTzGetDatum(snapshot.last_sweep_at);
+        nulls[last] = snapshot.last_sweep_at == DT_NOBEGIN;
+        values[last + 1] = IntervalPGetDatum(interval_from_us(snapshot.last_sweep_us));
+        nulls[last + 1] = nulls[last];
+        values[last + 2] = CStringGetTextDatum(snapshot.last_error);
+        nulls[last + 2] = snapshot.last_error_at == DT_NOBEGIN;
+        values[last + 3] = TimestampTzGetDatum(snapshot.last_error_at);
+        nulls[last + 3] = nulls[last + 2];
+    }
+    return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }

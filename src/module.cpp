@@ -1,9 +1,12 @@
 // Module magic, _PG_init and the settings.
 #include "boundary.hpp"
 #include "module.hpp"
+#include "stats.hpp"
+#include "worker.hpp"
 
 extern "C"
 {
+#include "miscadmin.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
@@ -24,6 +27,9 @@ int default_wait_ms = 0;
 int max_key_length = 255;
 int max_response_bytes = 1024 * 1024;
 bool store_server_errors = false;
+bool worker_enabled = true;
+int expire_interval_ms = 10 * 1000;
+int expire_batch_size = 10000;
 
 static void define()
 {
@@ -54,6 +60,19 @@ static void define()
         "idempotency.store_server_errors", "Store responses with status 500 to 599.",
         "When off, completing with a server error drops the claim so that a retry runs again.",
         &store_server_errors, store_server_errors, PGC_USERSET, 0, nullptr, nullptr, nullptr);
+    DefineCustomBoolVariable("idempotency.worker_enabled",
+                             "Runs the background expiry of keys (needs shared_preload_libraries).",
+                             nullptr, &worker_enabled, worker_enabled, PGC_SIGHUP, 0, nullptr,
+                             nullptr, nullptr);
+    DefineCustomIntVariable("idempotency.expire_interval",
+                            "Pause between two expiry rounds over all databases.", nullptr,
+                            &expire_interval_ms, expire_interval_ms, 10, 24 * 3600 * 1000,
+                            PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "idempotency.expire_batch_size", "Keys deleted per expiry transaction.",
+        "Short transactions keep the worker out of the way of requests and of vacuum.",
+        &expire_batch_size, expire_batch_size, 1, 1000000, PGC_SIGHUP, 0, nullptr, nullptr,
+        nullptr);
 #if PG_VERSION_NUM >= 150000
     MarkGUCPrefixReserved("idempotency");
 #else
@@ -65,5 +84,14 @@ static void define()
 
 void _PG_init(void)
 {
-    idempotency::guarded([] { idempotency::settings::define(); });
+    idempotency::guarded([] {
+        idempotency::settings::define();
+        // Shared memory and workers exist only when the library is preloaded;
+        // loaded later, the functions work and count nothing.
+        if (!process_shared_preload_libraries_in_progress)
+            return;
+        idempotency::stats::request_shared_memory();
+        if (!IsBinaryUpgrade)
+            idempotency::worker::register_launcher();
+    });
 }

@@ -10,5 +10,8 @@ extern int default_wait_ms;     // idempotency.default_wait
 extern int max_key_length;      // idempotency.max_key_length (bytes)
 extern int max_response_bytes;  // idempotency.max_response_bytes
 extern bool store_server_errors; // idempotency.store_server_errors
+extern bool worker_enabled;      // idempotency.worker_enabled
+extern int expire_interval_ms;   // idempotency.expire_interval
+extern int expire_batch_size;    // idempotency.expire_batch_size
 
 } // namespace idempotency::settings

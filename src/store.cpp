@@ -11,6 +11,7 @@ extern "C"
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
+#include "nodes/makefuncs.h"
 #include "catalog/pg_collation_d.h"
 #include "common/hashfn.h"
 #include "executor/tuptable.h"
@@ -21,6 +22,7 @@ extern "C"
 #include "utils/resowner.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 }
@@ -33,36 +35,50 @@ namespace idempotency::store
 // pg_locks they show as locktype 'advisory' with objsubid 18756.
 constexpr uint16 key_lock_tag = 0x4944;
 
-static Oid storage_relid(Oid namespace_oid, const char *name)
+static Oid index_relid(Oid namespace_oid, const char *name)
 {
     Oid relid = get_relname_relid(name, namespace_oid);
     if (!OidIsValid(relid))
-        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
-                        errmsg("relation \"idempotency.%s\" does not exist", name),
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                        errmsg("index \"idempotency.%s\" does not exist", name),
                         errhint("The extension's storage was changed by hand; reinstall the "
                                 "extension.")));
     return relid;
 }
 
-Relations open_relations(LOCKMODE lockmode)
+// Locks idempotency.keys by name: RangeVarGetRelidExtended re-checks the name
+// after the lock is granted, so a concurrent DROP EXTENSION yields "missing",
+// never a stale OID.  The indexes cannot change while the table is locked.
+static bool open_storage(Relations *rels, LOCKMODE lockmode, uint32 flags)
 {
-    Oid namespace_oid = get_namespace_oid("idempotency", true);
-    if (!OidIsValid(namespace_oid))
-        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_SCHEMA),
-                        errmsg("schema \"idempotency\" does not exist"),
-                        errhint("Run CREATE EXTENSION idempotency in this database.")));
-    Relations rels;
-    rels.lockmode = lockmode;
-    rels.heap = table_open(storage_relid(namespace_oid, "keys"), lockmode);
-    if (RelationGetDescr(rels.heap)->natts != column_count)
+    RangeVar *name = makeRangeVar(const_cast<char *>("idempotency"), const_cast<char *>("keys"), -1);
+    Oid heap_oid = RangeVarGetRelidExtended(name, lockmode, flags, nullptr, nullptr);
+    if (!OidIsValid(heap_oid))
+        return false;
+    rels->lockmode = lockmode;
+    rels->heap = table_open(heap_oid, NoLock);
+    if (RelationGetDescr(rels->heap)->natts != column_count)
         ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
                         errmsg("table \"idempotency.keys\" has %d columns, expected %d",
-                               RelationGetDescr(rels.heap)->natts, (int)column_count),
+                               RelationGetDescr(rels->heap)->natts, (int)column_count),
                         errhint("The extension's storage was changed by hand; reinstall the "
                                 "extension.")));
-    rels.pkey = index_open(storage_relid(namespace_oid, "keys_pkey"), lockmode);
-    rels.expiry = index_open(storage_relid(namespace_oid, "keys_expires_at_idx"), lockmode);
+    Oid namespace_oid = RelationGetNamespace(rels->heap);
+    rels->pkey = index_open(index_relid(namespace_oid, "keys_pkey"), lockmode);
+    rels->expiry = index_open(index_relid(namespace_oid, "keys_expires_at_idx"), lockmode);
+    return true;
+}
+
+Relations open_relations(LOCKMODE lockmode)
+{
+    Relations rels;
+    open_storage(&rels, lockmode, 0);
     return rels;
+}
+
+bool try_open_relations(Relations *rels, LOCKMODE lockmode)
+{
+    return open_storage(rels, lockmode, RVR_MISSING_OK | RVR_SKIP_LOCKED);
 }
 
 void close_relations(const Relations &rels)
@@ -196,6 +212,39 @@ TM_Result update_record(const Relations &rels, Record &record)
     record.writer = Writer::self;
     CommandCounterIncrement();
     return TM_Ok;
+}
+
+int64 expire(const Relations &rels, TimestampTz now, int64 max_rows)
+{
+    ScanKeyData bound;
+    ScanKeyInit(&bound, 1, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
+    IndexScanDesc scan = index_beginscan(rels.heap, rels.expiry, GetActiveSnapshot(), 1, 0);
+    index_rescan(scan, &bound, 1, nullptr, 0);
+    TupleTableSlot *slot = table_slot_create(rels.heap, nullptr);
+    MemoryContext per_row = AllocSetContextCreate(CurrentMemoryContext, "idempotency expiry row",
+                                                  ALLOCSET_SMALL_SIZES);
+    CommandId command = GetCurrentCommandId(true);
+    int64 deleted = 0;
+    while ((max_rows < 0 || deleted < max_rows) &&
+           index_getnext_slot(scan, ForwardScanDirection, slot))
+    {
+        MemoryContextReset(per_row);
+        MemoryContext caller = MemoryContextSwitchTo(per_row);
+        Record record;
+        decode_version(slot, record);
+        MemoryContextSwitchTo(caller);
+        if (!record.expired(now))
+            continue; // an unfinished claim whose lease still runs
+        TM_FailureData failure;
+        if (heap_delete(rels.heap, &record.tid, command, InvalidSnapshot, false, &failure, false) ==
+            TM_Ok)
+            deleted++;
+        CHECK_FOR_INTERRUPTS();
+    }
+    MemoryContextDelete(per_row);
+    ExecDropSingleTupleTableSlot(slot);
+    index_endscan(scan);
+    return deleted;
 }
 
 static void key_locktag(LOCKTAG *tag, Datum scope, Datum key)

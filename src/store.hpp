@@ -112,8 +112,11 @@ struct Record
 };
 
 // Opens idempotency.keys and its indexes; RowExclusiveLock to write,
-// AccessShareLock to read.
+// AccessShareLock to read.  Raises an error when the storage is missing.
 Relations open_relations(LOCKMODE lockmode);
+// The same, for the expiry worker: false, without waiting, when the storage is
+// missing or DDL (DROP or ALTER EXTENSION) holds it.
+bool try_open_relations(Relations *rels, LOCKMODE lockmode);
 void close_relations(const Relations &rels);
 
 // The newest version of (scope, key), seen through a dirty snapshot.
@@ -127,6 +130,12 @@ void insert_record(const Relations &rels, Record &record);
 // the key lock.  Returns TM_Ok, or TM_Deleted/TM_Updated when a concurrent
 // expiry got there first (the caller reads again).
 TM_Result update_record(const Relations &rels, Record &record);
+
+// Deletes up to `max_rows` records that are expired at `now` (no limit when
+// max_rows < 0), found through the expiry index under the active snapshot.
+// Never waits: a row another transaction is changing right now is skipped.
+// Returns the number deleted.
+int64 expire(const Relations &rels, TimestampTz now, int64 max_rows);
 
 // The per-key lock described above.
 enum class KeyLock

@@ -1,0 +1,50 @@
+// Counters since server start, in shared memory when the library is preloaded.
+#pragma once
+
+#include "pg.hpp"
+
+extern "C"
+{
+#include "utils/timestamp.h"
+}
+
+namespace idempotency::stats
+{
+
+enum Counter
+{
+    claims,
+    replays,
+    mismatches,
+    in_progress_answers,
+    waits,
+    wait_time_us,
+    completes,
+    server_errors_dropped,
+    checkpoints,
+    releases,
+    keys_expired,
+    sweeps,
+    counter_count
+};
+
+// Asks for the shared memory; called from _PG_init while preloading.
+void request_shared_memory();
+// False when the library was not preloaded: counting is then a no-op.
+bool available();
+void add(Counter counter, uint64 amount = 1);
+
+struct Snapshot
+{
+    uint64 counters[counter_count];
+    TimestampTz last_sweep_at;     // DT_NOBEGIN: none yet
+    int64 last_sweep_us;
+    TimestampTz last_error_at;     // DT_NOBEGIN: none yet
+    char last_error[256];
+};
+Snapshot read();
+
+void record_sweep(TimestampTz started, TimestampTz finished, uint64 expired);
+void record_error(const char *message);
+
+} // namespace idempotency::stats
