@@ -245,18 +245,17 @@ struct BeginAnswer
 {
     Outcome outcome;
     Record record;
-    int64 retry_after_us;    // in_progress only
-    bool holder_uncommitted; // in_progress because a transaction holds the key lock
+    int64 retry_after_us; // in_progress only
 };
 
 BeginAnswer answer(Outcome outcome, const Record &record, int64 retry_after_us = 0)
 {
-    return BeginAnswer{outcome, record, retry_after_us, false};
+    return BeginAnswer{outcome, record, retry_after_us};
 }
 
 BeginAnswer held_by_transaction(const Record &record)
 {
-    return BeginAnswer{Outcome::in_progress, record, uncommitted_retry_after_us, true};
+    return answer(Outcome::in_progress, record, uncommitted_retry_after_us);
 }
 
 // The answer for a state that needs no write.
@@ -319,9 +318,7 @@ BeginAnswer begin_once(const Relations &rels, const BeginArgs &args)
     if (!needs_claim(state))
         return answer_without_claim(state, record, now); // replays take no lock and write nothing
 
-    for (int reread = 0; store::lock_key(args.key.scope, args.key.key, false) ==
-                         store::KeyLock::busy;
-         reread++)
+    for (int reread = 0; !store::lock_key(args.key.scope, args.key.key, false); reread++)
     {
         if (reread == busy_rereads)
             return held_by_transaction(record);
@@ -334,7 +331,9 @@ BeginAnswer begin_once(const Relations &rels, const BeginArgs &args)
             return answer_without_claim(state, record, now);
     }
 
-    // Under the key lock nobody else writes this key: decide on what is there.
+    // Under the key lock nobody else writes this key: decide on what is there,
+    // write, and let go -- the uncommitted row then speaks for the claim.
+    BeginAnswer result;
     for (;;)
     {
         now = GetCurrentTimestamp();
@@ -342,29 +341,34 @@ BeginAnswer begin_once(const Relations &rels, const BeginArgs &args)
         state = classify(record, idempotency::datum_get_request_hash(args.request), now);
         if (!needs_claim(state))
         {
-            store::unlock_key(args.key.scope, args.key.key);
-            return answer_without_claim(state, record, now);
+            result = answer_without_claim(state, record, now);
+            break;
         }
         if (state == KeyState::absent)
         {
             for (int column = 0; column < store::column_count; column++)
                 record.set_null(store::Column(column));
-            record.set(store::col_scope, args.key.scope);
             fill_claim(record, args, state, now);
             store::insert_record(rels, record);
-            return answer(Outcome::claimed, record);
+            result = answer(Outcome::claimed, record);
+            break;
         }
         fill_claim(record, args, state, now);
         if (store::update_record(rels, record) == TM_Ok)
-            return answer(Outcome::claimed, record);
+        {
+            result = answer(Outcome::claimed, record);
+            break;
+        }
         // A concurrent expiry deleted the row: look again.
     }
+    store::unlock_key(args.key.scope, args.key.key);
+    return result;
 }
 
 // Waits up to `wait_us` for a key answered in_progress to settle, then
-// answers as if called afresh.  A holder that is a transaction is waited for
-// on its key lock; a committed claim has no transaction to wait for, so its
-// lease is polled.  lock_timeout, when set and shorter, cuts the wait short
+// answers as if called afresh.  A holder whose transaction is still open is
+// waited for on its transaction id; a committed claim has no transaction to
+// wait for, so its lease is polled.  lock_timeout, when set and shorter, cuts the wait short
 // with in_progress.
 BeginAnswer wait_for_holder(const Relations &rels, const BeginArgs &args, BeginAnswer result)
 {
@@ -380,8 +384,8 @@ BeginAnswer wait_for_holder(const Relations &rels, const BeginArgs &args, BeginA
         if (result.outcome != Outcome::in_progress || now >= deadline)
             return result;
         int remaining_ms = int((deadline - now + 999) / 1000);
-        if (result.holder_uncommitted)
-            (void)store::wait_for_key(args.key.scope, args.key.key, remaining_ms);
+        if (result.record.found && result.record.writer == Writer::other)
+            (void)store::wait_for_transaction(result.record.writer_xid, remaining_ms);
         else
         {
             (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
@@ -494,12 +498,22 @@ Datum begin_result(FunctionCallInfo fcinfo, const BeginAnswer &result)
 // Writes by the holder: complete, checkpoint, release
 // ---------------------------------------------------------------------------
 
-// Takes the key lock (waiting for a concurrent writer) and returns the
-// caller's in-progress claim, or raises the documented error.
+// Takes the key lock and returns the caller's in-progress claim, or raises
+// the documented error.  Another transaction's uncommitted change is waited
+// for first, as an UPDATE waits for a concurrent one.  The caller writes with
+// write_claim, which lets the lock go.
 Record held_claim(const Relations &rels, const KeyArgs &key, bool has_attempt, int32 attempt)
 {
-    store::lock_key(key.scope, key.key, true);
-    Record record = store::read_latest(rels, key.scope, key.key);
+    Record record;
+    for (;;)
+    {
+        store::lock_key(key.scope, key.key, true);
+        record = store::read_latest(rels, key.scope, key.key);
+        if (!record.found || record.writer != Writer::other)
+            break;
+        store::unlock_key(key.scope, key.key);
+        store::wait_for_transaction(record.writer_xid);
+    }
     if (!record.found || (record.writer == Writer::committed && record.expired(GetCurrentTimestamp())))
         ereport(ERROR, (errcode(errcode_key_not_claimed),
                         errmsg("idempotency key \"%s\" is not claimed", key_for_message(key.key)),
@@ -521,7 +535,9 @@ Record held_claim(const Relations &rels, const KeyArgs &key, bool has_attempt, i
 
 void write_claim(const Relations &rels, const KeyArgs &key, Record &record)
 {
-    if (store::update_record(rels, record) != TM_Ok)
+    TM_Result result = store::update_record(rels, record);
+    store::unlock_key(key.scope, key.key);
+    if (result != TM_Ok)
         ereport(ERROR, (errcode(errcode_key_not_claimed),
                         errmsg("idempotency key \"%s\" is not claimed", key_for_message(key.key)),
                         errdetail("It expired while this call ran.")));

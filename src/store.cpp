@@ -11,12 +11,12 @@ extern "C"
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
-#include "nodes/makefuncs.h"
 #include "catalog/pg_collation_d.h"
 #include "common/hashfn.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
+#include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
 #include "utils/resowner.h"
@@ -46,15 +46,34 @@ static Oid index_relid(Oid namespace_oid, const char *name)
     return relid;
 }
 
-// Locks idempotency.keys by name: RangeVarGetRelidExtended re-checks the name
-// after the lock is granted, so a concurrent DROP EXTENSION yields "missing",
-// never a stale OID.  The indexes cannot change while the table is locked.
-static bool open_storage(Relations *rels, LOCKMODE lockmode, uint32 flags)
+static Oid storage_relid()
 {
-    RangeVar *name = makeRangeVar(const_cast<char *>("idempotency"), const_cast<char *>("keys"), -1);
-    Oid heap_oid = RangeVarGetRelidExtended(name, lockmode, flags, nullptr, nullptr);
+    Oid namespace_oid = get_namespace_oid("idempotency", true);
+    return OidIsValid(namespace_oid) ? get_relname_relid("keys", namespace_oid) : InvalidOid;
+}
+
+// Finds and locks idempotency.keys.  The name is looked up without a
+// privilege check on the private schema (EXECUTE on the functions is the
+// gate), and checked again once the lock is granted, so a concurrent DROP
+// EXTENSION yields "missing", never a stale OID.  The indexes cannot change
+// while the table is locked.
+static bool open_storage(Relations *rels, LOCKMODE lockmode, bool skip_if_busy)
+{
+    Oid heap_oid = storage_relid();
     if (!OidIsValid(heap_oid))
         return false;
+    if (skip_if_busy)
+    {
+        if (!ConditionalLockRelationOid(heap_oid, lockmode))
+            return false;
+    }
+    else
+        LockRelationOid(heap_oid, lockmode);
+    if (storage_relid() != heap_oid)
+    {
+        UnlockRelationOid(heap_oid, lockmode);
+        return false;
+    }
     rels->lockmode = lockmode;
     rels->heap = table_open(heap_oid, NoLock);
     if (RelationGetDescr(rels->heap)->natts != column_count)
@@ -72,13 +91,16 @@ static bool open_storage(Relations *rels, LOCKMODE lockmode, uint32 flags)
 Relations open_relations(LOCKMODE lockmode)
 {
     Relations rels;
-    open_storage(&rels, lockmode, 0);
+    if (!open_storage(&rels, lockmode, false))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                        errmsg("relation \"idempotency.keys\" does not exist"),
+                        errhint("Run CREATE EXTENSION idempotency in this database.")));
     return rels;
 }
 
 bool try_open_relations(Relations *rels, LOCKMODE lockmode)
 {
-    return open_storage(rels, lockmode, RVR_MISSING_OK | RVR_SKIP_LOCKED);
+    return open_storage(rels, lockmode, true);
 }
 
 void close_relations(const Relations &rels)
@@ -106,6 +128,7 @@ static Record scan_key(const Relations &rels, Datum scope, Datum key, Snapshot s
     Record record;
     record.found = false;
     record.writer = Writer::committed;
+    record.writer_xid = InvalidTransactionId;
 
     ScanKeyData keys[2];
     // ScanKeyInit compares with the "C" collation, which the key columns use.
@@ -129,7 +152,10 @@ static Record scan_key(const Relations &rels, Datum scope, Datum key, Snapshot s
             continue; // being replaced or deleted by another transaction
         decode_version(slot, record);
         if (TransactionIdIsValid(snapshot->xmin))
+        {
             record.writer = Writer::other;
+            record.writer_xid = snapshot->xmin;
+        }
         else
         {
             bool should_free;
@@ -258,19 +284,11 @@ static void key_locktag(LOCKTAG *tag, Datum scope, Datum key)
     SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32)(hash >> 32), (uint32)hash, key_lock_tag);
 }
 
-KeyLock lock_key(Datum scope, Datum key, bool wait)
+bool lock_key(Datum scope, Datum key, bool wait)
 {
     LOCKTAG tag;
     key_locktag(&tag, scope, key);
-    switch (LockAcquire(&tag, ExclusiveLock, false, !wait))
-    {
-        case LOCKACQUIRE_NOT_AVAIL:
-            return KeyLock::busy;
-        case LOCKACQUIRE_OK:
-            return KeyLock::acquired;
-        default:
-            return KeyLock::already_held;
-    }
+    return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
 }
 
 void unlock_key(Datum scope, Datum key)
@@ -280,25 +298,27 @@ void unlock_key(Datum scope, Datum key)
     LockRelease(&tag, ExclusiveLock, false);
 }
 
-bool wait_for_key(Datum scope, Datum key, int timeout_ms)
+void wait_for_transaction(TransactionId xid)
 {
-    LOCKTAG tag;
-    key_locktag(&tag, scope, key);
+    XactLockTableWait(xid, nullptr, nullptr, XLTW_None);
+}
+
+bool wait_for_transaction(TransactionId xid, int timeout_ms)
+{
     // The lock manager can only give up on a wait by raising lock_timeout's
     // error, so the wait runs in a subtransaction that absorbs exactly that
     // error, as a PL/pgSQL exception block would.
     MemoryContext context = CurrentMemoryContext;
     ResourceOwner owner = CurrentResourceOwner;
     int saved_lock_timeout = LockTimeout;
-    bool free = true;
+    volatile bool ended = true;
     BeginInternalSubTransaction(nullptr);
     MemoryContextSwitchTo(context);
     PG_TRY();
     {
         LockTimeout = timeout_ms;
-        LockAcquire(&tag, ExclusiveLock, false, false);
+        XactLockTableWait(xid, nullptr, nullptr, XLTW_None);
         LockTimeout = saved_lock_timeout;
-        LockRelease(&tag, ExclusiveLock, false);
         ReleaseCurrentSubTransaction();
     }
     PG_CATCH();
@@ -313,12 +333,12 @@ bool wait_for_key(Datum scope, Datum key, int timeout_ms)
         if (error->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
             ReThrowError(error);
         FreeErrorData(error);
-        free = false;
+        ended = false;
     }
     PG_END_TRY();
     MemoryContextSwitchTo(context);
     CurrentResourceOwner = owner;
-    return free;
+    return ended;
 }
 
 } // namespace idempotency::store

@@ -2,17 +2,20 @@
 // the hot path.
 //
 // Concurrency scheme (the reason for every function here):
-//  * Every transaction that writes a key's row first takes that key's lock: a
-//    transaction-scoped heavyweight lock in the advisory lock space, tagged
-//    (database, 64-bit hash of scope and key, key_lock_tag).  Holding it means
-//    "I am the only one changing this key until I commit or roll back", so
-//    two callers can never both claim.  Callers that only read never take it.
 //  * Reads use a dirty snapshot: they see the newest committed version, plus
-//    versions written by transactions still in progress, flagged as such.  So
-//    a caller never claims a key because its own snapshot is older than a
-//    completion, whatever the isolation level, and it can tell an uncommitted
-//    claim by another transaction (in_progress, or mismatch) from a
-//    committed one.
+//    versions written by transactions still in progress, flagged as such with
+//    the writer's transaction id.  So a caller never claims a key because its
+//    own snapshot is older than a completion, whatever the isolation level,
+//    and it can tell an uncommitted claim by another transaction (in_progress,
+//    or mismatch) from a committed one.
+//  * A writer takes the key's lock -- a heavyweight lock in the advisory lock
+//    space, tagged (database, 64-bit hash of scope and key, key_lock_tag) --
+//    reads, decides, writes, and lets the lock go.  From then on its
+//    uncommitted version keeps everyone else out: they see it and answer
+//    in_progress or mismatch, or wait for its transaction (an ordinary lock
+//    wait on the transaction id).  So two callers never both claim, and a
+//    transaction holds at most one key lock at a time, however many keys it
+//    claims.  Callers that only read never take it.
 //  * The expiry sweep deletes without the key lock but never waits: a row some
 //    transaction is changing right now is skipped.  A writer that loses a race
 //    against a committed expiry sees TM_Deleted from update_record and reads
@@ -78,6 +81,7 @@ struct Record
 {
     bool found;
     Writer writer;
+    TransactionId writer_xid; // for Writer::other: the transaction to wait for
     ItemPointerData tid;
     Datum values[column_count];
     bool nulls[column_count];
@@ -137,19 +141,17 @@ TM_Result update_record(const Relations &rels, Record &record);
 // Returns the number deleted.
 int64 expire(const Relations &rels, TimestampTz now, int64 max_rows);
 
-// The per-key lock described above.
-enum class KeyLock
-{
-    acquired,     // newly taken by this call
-    already_held, // this transaction holds it already
-    busy          // another transaction holds it (only when not waiting)
-};
-KeyLock lock_key(Datum scope, Datum key, bool wait);
+// The per-key lock described above: false when another transaction holds it
+// and `wait` is false.
+bool lock_key(Datum scope, Datum key, bool wait);
 void unlock_key(Datum scope, Datum key);
+
 // Waits, as an ordinary lock wait (visible in pg_locks, cancellable, seen by
-// the deadlock detector), until the key lock is free or `timeout_ms` passed;
-// true when it was free.  Other errors (statement_timeout, cancel, deadlock)
-// propagate.
-bool wait_for_key(Datum scope, Datum key, int timeout_ms);
+// the deadlock detector), until transaction `xid` ends or `timeout_ms`
+// passed; true when it ended.  Other errors (statement_timeout, cancel,
+// deadlock) propagate.
+bool wait_for_transaction(TransactionId xid, int timeout_ms);
+// The same without a limit; lock_timeout applies as to any lock wait.
+void wait_for_transaction(TransactionId xid);
 
 } // namespace idempotency::store

@@ -120,6 +120,24 @@ static void sweep_database(Oid database)
     pfree(handle);
 }
 
+// SIGTERM (shutdown, or pg_terminate_backend) ends the launcher at its next
+// check, quietly and with status 1 so that a terminated launcher is restarted.
+static volatile sig_atomic_t terminate_requested = false;
+
+static void request_termination(SIGNAL_ARGS)
+{
+    int saved_errno = errno;
+    terminate_requested = true;
+    SetLatch(MyLatch);
+    errno = saved_errno;
+}
+
+static void exit_if_terminated()
+{
+    if (terminate_requested)
+        proc_exit(1);
+}
+
 static void reload_configuration_if_asked()
 {
     if (ConfigReloadPending)
@@ -136,13 +154,14 @@ static void launcher_loop()
     for (;;)
     {
         CHECK_FOR_INTERRUPTS();
+        exit_if_terminated();
         reload_configuration_if_asked();
         if (settings::worker_enabled)
         {
             ListCell *cell;
             foreach (cell, sweepable_databases(round_context))
             {
-                CHECK_FOR_INTERRUPTS();
+                exit_if_terminated();
                 sweep_database(lfirst_oid(cell));
             }
             MemoryContextReset(round_context);
@@ -210,7 +229,7 @@ void idempotency_launcher_main(Datum)
 {
     idempotency::guarded([] {
         pqsignal(SIGHUP, SignalHandlerForConfigReload);
-        pqsignal(SIGTERM, die);
+        pqsignal(SIGTERM, idempotency::worker::request_termination);
         BackgroundWorkerUnblockSignals();
         BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
         idempotency::worker::launcher_loop();
@@ -223,8 +242,13 @@ void idempotency_sweeper_main(Datum argument)
         pqsignal(SIGTERM, die);
         BackgroundWorkerUnblockSignals();
         BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(argument), InvalidOid, 0);
-        // A lost expiry delete is simply repeated: no need to wait for WAL flush.
+        // A lost expiry delete is simply repeated: no need to wait for WAL
+        // flush.  Timeouts set for the database's users (ALTER DATABASE ...
+        // SET) must not stop expiry; batches are short by construction.
         SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+        SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+        SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+        SetConfigOption("idle_in_transaction_session_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
         idempotency::worker::sweep_until_done();
     });
 }
