@@ -115,5 +115,27 @@ SELECT n_tup_upd - :updates_before AS updates, n_tup_hot_upd - :hot_before AS ho
   FROM pg_stat_xact_user_tables WHERE relid = 'idempotency.keys'::regclass;
 COMMIT;
 
+-- idempotency_expire() deletes expired keys now: completed ones past their
+-- expiry, and unfinished claims only once their lease has ended too.  (One
+-- transaction, so that the background worker cannot get there first.)
+BEGIN;
+SELECT outcome FROM idempotency_begin('gc', 'done', request_hash('r'::text));
+SELECT idempotency_complete('gc', 'done', 200);
+SELECT outcome FROM idempotency_begin('gc', 'leased', request_hash('r'::text), lease => '1 hour');
+SELECT outcome FROM idempotency_begin('gc', 'abandoned', request_hash('r'::text));
+SELECT outcome FROM idempotency_begin('gc', 'fresh', request_hash('r'::text));
+UPDATE idempotency.keys SET expires_at = now() - interval '1 minute',
+       lease_expires_at = CASE WHEN key = 'abandoned' THEN now() - interval '1 minute' ELSE lease_expires_at END
+ WHERE scope = 'gc' AND key <> 'fresh';
+SELECT scope, in_progress, completed, expired FROM idempotency_scope_stats() WHERE scope = 'gc';
+SELECT idempotency_expire(max_rows => 1);
+SELECT idempotency_expire();
+SELECT idempotency_expire();
+SELECT key FROM idempotency.keys WHERE scope = 'gc' ORDER BY key;
+COMMIT;
+
+-- Statistics are kept when the library is preloaded, as in this test cluster.
+SELECT preloaded, claims > 0 AS counted FROM idempotency_stats();
+
 DROP TABLE orders;
 DROP EXTENSION idempotency;

@@ -41,6 +41,7 @@ SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k2', request_hash('r'::text
 SELECT pg_temp.try($$ SELECT idempotency_checkpoint('s', 'held', 'p', lease => '-5 minutes') $$);
 SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'held', 99) $$);
 SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'held', 600) $$);
+SELECT pg_temp.try($$ SELECT idempotency_expire(-1) $$);
 
 -- 22001: over-long key or scope (idempotency.max_key_length bytes, multibyte
 -- characters count as their UTF-8 bytes); the message shows a prefix only
@@ -92,6 +93,7 @@ SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', request_hash('r'::text)
 SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'held', 200) $$);
 SELECT pg_temp.try($$ SELECT idempotency_checkpoint('s', 'held', 'p') $$);
 SELECT pg_temp.try($$ SELECT idempotency_release('s', 'held') $$);
+SELECT pg_temp.try($$ SELECT idempotency_expire() $$);
 SELECT status FROM idempotency_lookup('s', 'done');
 ROLLBACK;
 
