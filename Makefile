@@ -10,7 +10,9 @@ DOCS = README.md
 PG_CONFIG ?= pg_config
 # C++17; PostgreSQL headers are treated as system headers so -Wextra judges only our code.
 WERROR ?=
-PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-register $(WERROR)
+# -MMD: objects are rebuilt when a header they include changes.
+PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-register -MMD -MP $(WERROR)
+EXTRA_CLEAN = src/*.d
 SHLIB_LINK = -lstdc++ -lcrypto
 # Debian builds the server --with-llvm; JIT-inlining our C++ buys nothing, so no bitcode.
 override with_llvm = no
@@ -20,6 +22,8 @@ ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
 override CPPFLAGS := $(patsubst -I$(includedir_server),-isystem $(includedir_server),$(patsubst -I$(includedir_internal),-isystem $(includedir_internal),$(CPPFLAGS)))
 endif
+# After PGXS, so that its `all` stays the default goal.
+-include $(OBJS:.o=.d)
 
 .PHONY: test demo bench
 test:

@@ -33,7 +33,7 @@ SELECT pg_temp.try($$ SELECT idempotency_begin('s', '', request_hash('r'::text))
 SELECT pg_temp.try($$ SELECT * FROM idempotency_lookup('s', '') $$);
 SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', request_hash('r'::text), ttl => '0') $$);
 SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', request_hash('r'::text), ttl => '-1 day') $$);
-SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', request_hash('r'::text), ttl => '10 years 1 day') $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', request_hash('r'::text), ttl => '3651 days') $$);
 SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k2', request_hash('r'::text), lease => '0 seconds') $$);
 SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k2', request_hash('r'::text), lease => '11 years') $$);
 SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k2', request_hash('r'::text), wait => '-1 ms') $$);

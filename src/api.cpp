@@ -43,8 +43,8 @@ const int errcode_stale_attempt = MAKE_SQLSTATE('I', 'K', '0', '0', '3');
 // its lease has not started, so there is nothing better to say.
 constexpr int64 uncommitted_retry_after_us = USECS_PER_SEC;
 
-// A month counts 30 days, as in interval comparison.
-constexpr int64 max_ttl_or_lease_us = int64(10) * 12 * 30 * USECS_PER_DAY;
+// Compared with an interval's length as interval comparison sees it.
+constexpr int64 max_ttl_or_lease_us = int64(settings::max_duration_s) * USECS_PER_SEC;
 constexpr int64 max_wait_us = int64(3600) * USECS_PER_SEC;
 
 // ---------------------------------------------------------------------------
@@ -134,13 +134,13 @@ Interval *interval_arg(FunctionCallInfo fcinfo, int n, const char *name, int64 d
 Interval *ttl_arg(FunctionCallInfo fcinfo, int n)
 {
     return interval_arg(fcinfo, n, "ttl", int64(settings::default_ttl_s) * USECS_PER_SEC, false,
-                        max_ttl_or_lease_us, "greater than zero and at most 10 years");
+                        max_ttl_or_lease_us, "greater than zero and at most 3650 days");
 }
 
 Interval *lease_arg(FunctionCallInfo fcinfo, int n)
 {
     return interval_arg(fcinfo, n, "lease", int64(settings::default_lease_ms) * 1000, false,
-                        max_ttl_or_lease_us, "greater than zero and at most 10 years");
+                        max_ttl_or_lease_us, "greater than zero and at most 3650 days");
 }
 
 bool optional_int_arg(FunctionCallInfo fcinfo, int n, int32 *value)
@@ -543,7 +543,8 @@ void write_claim(const Relations &rels, const KeyArgs &key, Record &record)
                         errdetail("It expired while this call ran.")));
 }
 
-int64 response_bytes(FunctionCallInfo fcinfo, int n)
+// The uncompressed size of a varlena argument, 0 when NULL.
+int64 argument_bytes(FunctionCallInfo fcinfo, int n)
 {
     return PG_ARGISNULL(n) ? 0 : int64(toast_raw_datum_size(PG_GETARG_DATUM(n)));
 }
@@ -584,7 +585,7 @@ IDEMPOTENCY_FUNCTION(idempotency_complete)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("invalid response_status %d", status),
                         errdetail("An HTTP status code is between 100 and 599.")));
-    int64 size = response_bytes(fcinfo, 3) + response_bytes(fcinfo, 4);
+    int64 size = argument_bytes(fcinfo, 3) + argument_bytes(fcinfo, 4);
     if (size > settings::max_response_bytes)
         ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
                         errmsg("response of idempotency key \"%s\" is too large (%lld bytes)",
@@ -626,11 +627,11 @@ IDEMPOTENCY_FUNCTION(idempotency_complete)
 IDEMPOTENCY_FUNCTION(idempotency_checkpoint)
 {
     KeyArgs key = key_args(fcinfo);
-    if (!PG_ARGISNULL(2) && int64(toast_raw_datum_size(PG_GETARG_DATUM(2))) >
-                                settings::max_response_bytes)
+    int64 recovery_point_bytes = argument_bytes(fcinfo, 2);
+    if (recovery_point_bytes > settings::max_response_bytes)
         ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                        errmsg("recovery_point of idempotency key \"%s\" is too large",
-                               key_for_message(key.key)),
+                        errmsg("recovery_point of idempotency key \"%s\" is too large (%lld bytes)",
+                               key_for_message(key.key), (long long)recovery_point_bytes),
                         errdetail("idempotency.max_response_bytes is %d bytes.",
                                   settings::max_response_bytes)));
     Interval *lease = lease_arg(fcinfo, 3);

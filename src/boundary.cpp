@@ -1,7 +1,18 @@
 #include "boundary.hpp"
 
+#include <stdexcept>
+
 namespace idempotency
 {
+
+int injected_fault = 0;
+
+void throw_injected_fault()
+{
+    if (injected_fault == 2)
+        throw std::bad_alloc();
+    throw std::runtime_error("fault injected by idempotency.inject_fault");
+}
 
 void capture_exception(CaughtException &caught, int sqlerrcode, const char *message) noexcept
 {

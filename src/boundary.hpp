@@ -22,12 +22,21 @@
 namespace idempotency
 {
 
+// SQLSTATE of any other C++ exception: an internal error, but one the
+// boundary caught (documented in the README).
+const int errcode_cxx_exception = MAKE_SQLSTATE('I', 'K', '0', '0', '0');
+
 // What a catch handler may keep: plain data, no allocation.
 struct CaughtException
 {
     int sqlerrcode;
     char message[256];
 };
+
+// Non-zero when idempotency.inject_fault asks every entry point to throw, so
+// that tests can prove the boundary (see module.cpp).
+extern int injected_fault;
+[[noreturn]] void throw_injected_fault();
 
 void capture_exception(CaughtException &caught, int sqlerrcode, const char *message) noexcept;
 
@@ -39,6 +48,8 @@ template <typename Body> inline auto guarded(Body &&body) -> decltype(body())
     CaughtException caught;
     try
     {
+        if (unlikely(injected_fault != 0))
+            throw_injected_fault();
         return body();
     }
     catch (const std::bad_alloc &)
@@ -47,11 +58,11 @@ template <typename Body> inline auto guarded(Body &&body) -> decltype(body())
     }
     catch (const std::exception &e)
     {
-        capture_exception(caught, ERRCODE_INTERNAL_ERROR, e.what());
+        capture_exception(caught, errcode_cxx_exception, e.what());
     }
     catch (...)
     {
-        capture_exception(caught, ERRCODE_INTERNAL_ERROR, "unknown C++ exception");
+        capture_exception(caught, errcode_cxx_exception, "unknown C++ exception");
     }
     report_exception(caught);
 }

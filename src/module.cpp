@@ -19,8 +19,6 @@ void _PG_init(void);
 namespace idempotency::settings
 {
 
-constexpr int ten_years_s = 10 * 365 * 24 * 3600;
-
 int default_ttl_s = 24 * 3600;
 int default_lease_ms = 60 * 1000;
 int default_wait_ms = 0;
@@ -31,13 +29,17 @@ bool worker_enabled = true;
 int expire_interval_ms = 10 * 1000;
 int expire_batch_size = 10000;
 
+// Values of idempotency.inject_fault, in the order of idempotency::injected_fault.
+static const struct config_enum_entry fault_options[] = {
+    {"none", 0, false}, {"exception", 1, false}, {"out_of_memory", 2, false}, {nullptr, 0, false}};
+
 static void define()
 {
     DefineCustomIntVariable(
         "idempotency.default_ttl", "How long a key is kept when idempotency_begin gets no ttl.",
         "A completed key expires this long after its completion, an unfinished claim this long "
         "after it was made.",
-        &default_ttl_s, default_ttl_s, 1, ten_years_s, PGC_USERSET, GUC_UNIT_S, nullptr, nullptr,
+        &default_ttl_s, default_ttl_s, 1, max_duration_s, PGC_USERSET, GUC_UNIT_S, nullptr, nullptr,
         nullptr);
     DefineCustomIntVariable(
         "idempotency.default_lease", "How long a committed claim is protected when no lease is given.",
@@ -49,7 +51,7 @@ static void define()
         "0 answers in_progress at once.", &default_wait_ms, default_wait_ms, 0, 3600 * 1000,
         PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("idempotency.max_key_length", "Longest accepted key, in bytes.", nullptr,
-                            &max_key_length, max_key_length, 1, 8192, PGC_SUSET, 0, nullptr,
+                            &max_key_length, max_key_length, 1, max_key_length_limit, PGC_SUSET, 0, nullptr,
                             nullptr, nullptr);
     DefineCustomIntVariable(
         "idempotency.max_response_bytes",
@@ -73,6 +75,12 @@ static void define()
         "Short transactions keep the worker out of the way of requests and of vacuum.",
         &expire_batch_size, expire_batch_size, 1, 1000000, PGC_SIGHUP, 0, nullptr, nullptr,
         nullptr);
+    DefineCustomEnumVariable(
+        "idempotency.inject_fault", "Makes every function of the extension throw (for testing).",
+        "exception throws a C++ exception, out_of_memory a std::bad_alloc; both must come out as "
+        "ordinary errors.",
+        &injected_fault, 0, fault_options, PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr,
+        nullptr, nullptr);
 #if PG_VERSION_NUM >= 150000
     MarkGUCPrefixReserved("idempotency");
 #else

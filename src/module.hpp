@@ -4,6 +4,12 @@
 namespace idempotency::settings
 {
 
+// The longest ttl or lease, as a setting or an argument: 10 years of 365 days.
+constexpr int max_duration_s = 3650 * 24 * 3600;
+// Scope and key share one primary-key entry, which btree caps at about 2700
+// bytes; two maximal values must fit.
+constexpr int max_key_length_limit = 1024;
+
 extern int default_ttl_s;       // idempotency.default_ttl
 extern int default_lease_ms;    // idempotency.default_lease
 extern int default_wait_ms;     // idempotency.default_wait
