@@ -24,6 +24,13 @@ query(
 	q{CREATE EXTENSION idempotency;
 	  CREATE TABLE orders (idem_key text PRIMARY KEY, item text NOT NULL)});
 
+# The business write of a request with this key.
+sub order_sql
+{
+	my ($key) = @_;
+	return sprintf(q{INSERT INTO orders VALUES (%s, 'book')}, quote($key));
+}
+
 sub order_count
 {
 	my ($key) = @_;
@@ -42,8 +49,7 @@ sub open_claim
 	is($session->query_safe(
 			'SELECT outcome FROM ' . begin_call('shop', $key, 'POST /orders')),
 		'claimed', "$key: the open transaction claims the key");
-	$session->query_safe(
-		sprintf(q{INSERT INTO orders VALUES (%s, 'book')}, quote($key)));
+	$session->query_safe(order_sql($key));
 	$session->query_safe('SELECT '
 		  . complete_call('shop', $key, 201, body => q{'{"order": "book"}'}))
 	  if $params{complete};
@@ -62,17 +68,9 @@ sub is_claim_gone
 	is(query('SELECT count(*) FROM idempotency.keys WHERE key = ' . quote($key)),
 		'0', "$when, idempotency.keys has no row for $key");
 	is(order_count($key), '0', "$when, the order written with $key is gone too");
-	my $answer = query(
-		sprintf(
-			q{BEGIN;
-			  SELECT outcome || ' ' || attempt FROM %s;
-			  INSERT INTO orders VALUES (%s, 'book');
-			  SELECT %s;
-			  COMMIT},
-			begin_call('shop', $key, 'POST /orders'),
-			quote($key),
-			complete_call('shop', $key, 201, body => q{'{"order": "book"}'})));
-	is($answer, "claimed 1\nt", "$when, a retry of $key claims it as attempt 1 and completes");
+	is(run_request($node, $db, 'shop', $key, 'POST /orders', 201,
+			body => q{'{"order": "book"}'}, write => order_sql($key)),
+		"claimed 1\nt", "$when, a retry of $key claims it as attempt 1 and completes");
 	is(order_count($key), '1', "$when, the retry wrote its order once");
 	return;
 }
@@ -142,18 +140,9 @@ my %stored;
 for my $key (sort keys %responses)
 {
 	my $response = $responses{$key};
-	is( query(
-			sprintf(
-				q{BEGIN;
-				  SELECT outcome FROM %s;
-				  INSERT INTO orders VALUES (%s, 'book');
-				  SELECT %s;
-				  COMMIT},
-				begin_call('shop', $key, "GET /$key"),
-				quote($key),
-				complete_call('shop', $key, $response->{status}, %$response))),
-		"claimed\nt",
-		"$key: claimed and completed in one transaction");
+	is(run_request($node, $db, 'shop', $key, "GET /$key", $response->{status},
+			%$response, write => order_sql($key)),
+		"claimed 1\nt", "$key: claimed and completed in one transaction");
 	$stored{$key} = stored_response($key);
 }
 cmp_ok((split / \| /, $stored{large})[1], '>=', 200_000, 'the large body is over 200 kB of text');

@@ -18,7 +18,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(
-  new_node new_standby quote begin_call complete_call begin_request
+  new_node new_standby quote begin_call complete_call run_request begin_request
   lookup_key lease_running sql_error wait_for_crash_restart
   wait_for_lease_end wait_for_promotion keys_text
 );
@@ -92,6 +92,27 @@ sub complete_call
 		$params{body} // 'NULL',
 		$params{headers} // 'NULL',
 		defined $params{attempt} ? ", attempt => $params{attempt}" : '');
+}
+
+# Runs a request the one-phase way, in one transaction: claim (scope, key),
+# do the business write (SQL in write, optional), store the response
+# (complete_call's body and headers), COMMIT. Returns "outcome attempt" of
+# the claim and complete's result on a second line: "claimed 1\nt" when all
+# went well.
+sub run_request
+{
+	my ($node, $db, $scope, $key, $request, $status, %params) = @_;
+	return $node->safe_psql(
+		$db,
+		sprintf(
+			q{BEGIN;
+			  SELECT outcome || ' ' || attempt FROM %s;
+			  %s;
+			  SELECT %s;
+			  COMMIT},
+			begin_call($scope, $key, $request),
+			$params{write} // 'SELECT',
+			complete_call($scope, $key, $status, %params)));
 }
 
 # Runs a query that returns one json object (or no row) and decodes it.
