@@ -96,7 +96,8 @@ sub complete_call
 
 # Runs a request the one-phase way, in one transaction: claim (scope, key),
 # do the business write (SQL in write, optional), store the response
-# (complete_call's body and headers), COMMIT. Returns "outcome attempt" of
+# (complete_call's body and headers), COMMIT; claim => {...} holds begin's
+# named arguments (ttl, lease, wait). Returns "outcome attempt" of
 # the claim and complete's result on a second line: "claimed 1\nt" when all
 # went well.
 sub run_request
@@ -110,7 +111,7 @@ sub run_request
 			  %s;
 			  SELECT %s;
 			  COMMIT},
-			begin_call($scope, $key, $request),
+			begin_call($scope, $key, $request, %{ $params{claim} // {} }),
 			$params{write} // 'SELECT',
 			complete_call($scope, $key, $status, %params)));
 }
