@@ -7,7 +7,6 @@ use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
-use Digest::MD5 qw(md5_hex);
 use IdempotencyTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -121,21 +120,6 @@ my %responses = (
 	'large' => { status => 200, body => $large_body, headers => q{'{"Content-Length": "large"}'} },
 	'empty' => { status => 204, body => 'NULL', headers => 'NULL' });
 
-# "status | body length | body md5 | headers" as stored (NULL for absent
-# parts); the body as a digest, since the large one would make an unreadable
-# diff.
-sub stored_response
-{
-	my ($key) = @_;
-	return query(
-		sprintf(
-			q{SELECT concat_ws(' | ', response_status,
-			    coalesce(length(response_body::text)::text, 'NULL'),
-			    coalesce(md5(response_body::text), 'NULL'),
-			    coalesce(response_headers::text, 'NULL'))
-			  FROM idempotency.keys WHERE scope = 'shop' AND key = %s}, quote($key)));
-}
-
 my %stored;
 for my $key (sort keys %responses)
 {
@@ -143,14 +127,11 @@ for my $key (sort keys %responses)
 	is(run_request($node, $db, 'shop', $key, "GET /$key", $response->{status},
 			%$response, write => order_sql($key)),
 		"claimed 1\nt", "$key: claimed and completed in one transaction");
-	$stored{$key} = stored_response($key);
+	$stored{$key} = stored_response($node, $db, 'shop', $key, digest => 1);
 }
-cmp_ok((split / \| /, $stored{large})[1], '>=', 200_000, 'the large body is over 200 kB of text');
-is( query(
-		q{SELECT pg_relation_size(reltoastrelid) > 0 FROM pg_class
-		  WHERE oid = 'idempotency.keys'::regclass}),
-	't',
-	'the large body is stored out of line in the TOAST table');
+my ($large_bytes) = $stored{large} =~ /^200 \| (\d+) bytes/;
+cmp_ok($large_bytes, '>=', 200_000, 'the large body is over 200 kB of text');
+ok(body_is_toasted($node, $db), 'the large body is stored out of line in the TOAST table');
 
 $node->stop('immediate');
 $node->start;
@@ -158,8 +139,8 @@ $node->start;
 for my $key (sort keys %responses)
 {
 	my $response = $responses{$key};
-	is(stored_response($key), $stored{$key},
-		"$key: status, body and headers are byte-identical after the crash");
+	is(stored_response($node, $db, 'shop', $key, digest => 1),
+		$stored{$key}, "$key: status, body and headers are byte-identical after the crash");
 	is( query(
 			sprintf(
 				q{SELECT response_body::text IS NOT DISTINCT FROM (%s)::text
@@ -168,19 +149,15 @@ for my $key (sort keys %responses)
 				$response->{body}, $response->{headers}, quote($key))),
 		't',
 		"$key: the stored response is still the one the request completed with");
-	my $replay = begin_request($node, $db, 'shop', $key, "GET /$key");
-	is($replay->{outcome}, 'replay', "$key: a retry after the crash replays");
-	my ($status, $length, $md5, $headers) = split / \| /, $stored{$key}, 4;
-	is($replay->{response_status}, $response->{status}, "$key: the replay has the stored status");
-	is(defined $replay->{response_body} ? md5_hex($replay->{response_body}) : 'NULL',
-		$md5, "$key: the replayed body is byte-identical");
-	is($replay->{response_headers} // 'NULL', $headers,
-		"$key: the replayed headers are identical");
+	is(replayed_response($node, $db, [ 'shop', $key, "GET /$key" ], digest => 1),
+		"replay | $stored{$key}",
+		"$key: a retry after the crash replays the identical response");
 	is(order_count($key), '1', "$key: the order exists exactly once");
 }
-is(begin_request($node, $db, 'shop', 'unicode', 'GET /unicode')->{response_body},
-	query(q{SELECT (} . $unicode_body . q{)::text}),
-	'the unicode body replays as the exact text it was completed with');
+is(replayed_response($node, $db, [ 'shop', 'unicode', 'GET /unicode' ]),
+	query(sprintf(q{SELECT 'replay | 201 | ' || (%s)::text || ' | ' || (%s)::text},
+			$unicode_body, $unicode_headers)),
+	'the unicode response replays as the exact text it was completed with');
 
 # ---------------------------------------------------------------------------
 # (d) a committed two-phase claim with a recovery point, then a crash
@@ -188,7 +165,7 @@ is(begin_request($node, $db, 'shop', 'unicode', 'GET /unicode')->{response_body}
 {
 	my @charge = ('pay', 'charge-1', 'charge 10 EUR');
 	my $claim = begin_request($node, $db, @charge, lease => '5s');
-	is("$claim->{outcome} $claim->{attempt}", 'claimed 1', 'the two-phase claim is attempt 1');
+	is(fields($claim, qw(outcome attempt)), 'claimed | 1', 'the two-phase claim is attempt 1');
 	query(q{SELECT idempotency_checkpoint('pay', 'charge-1', 'provider-called',
 	        lease => '5s', attempt => 1)});
 
@@ -196,8 +173,8 @@ is(begin_request($node, $db, 'shop', 'unicode', 'GET /unicode')->{response_body}
 	$node->start;
 
 	my $record = lookup_key($node, $db, 'pay', 'charge-1');
-	is( join(' ', map { $record->{$_} // 'NULL' } qw(status attempt recovery_point)),
-		'in_progress 1 provider-called',
+	is(fields($record, qw(status attempt recovery_point)),
+		'in_progress | 1 | provider-called',
 		'after the crash the claim is in progress, attempt 1, with its recovery point');
   SKIP:
 	{
@@ -210,8 +187,8 @@ is(begin_request($node, $db, 'shop', 'unicode', 'GET /unicode')->{response_body}
 
 	wait_for_lease_end($node, $db, 'pay', 'charge-1');
 	my $takeover = begin_request($node, $db, @charge);
-	is( join(' ', map { $takeover->{$_} // 'NULL' } qw(outcome attempt recovery_point)),
-		'claimed 2 provider-called',
+	is(fields($takeover, qw(outcome attempt recovery_point)),
+		'claimed | 2 | provider-called',
 		'after the lease a retry takes over as attempt 2 with the recovery point');
 
 	my ($sqlstate, $stderr) = sql_error($node, $db,
@@ -226,8 +203,8 @@ is(begin_request($node, $db, 'shop', 'unicode', 'GET /unicode')->{response_body}
 		't',
 		'the new holder (attempt 2) completes');
 	my $replay = begin_request($node, $db, @charge);
-	is( join(' ', map { $replay->{$_} // 'NULL' } qw(outcome attempt response_status response_body)),
-		'replay 2 200 {"charged": "10 EUR"}',
+	is(fields($replay, qw(outcome attempt response_status response_body)),
+		'replay | 2 | 200 | {"charged": "10 EUR"}',
 		'a later retry replays the response of attempt 2');
 }
 

@@ -46,14 +46,12 @@ sub complete_order
 	return;
 }
 
-# The retry of $key on $node replays the stored response.
+# The retry of $key on $node replays the response complete_order stored.
 sub replays_order
 {
 	my ($node, $key, $when) = @_;
-	my $answer = begin_request($node, $db, 'shop', $key, "POST /orders $key");
-	is( join(' | ', map { $answer->{$_} // 'NULL' } qw(outcome response_status response_body response_headers)),
-		'replay | 201 | '
-		  . $node->safe_psql($db, "SELECT ($body)::text || ' | ' || ($headers)::text"),
+	is( replayed_response($node, $db, [ 'shop', $key, "POST /orders $key" ]),
+		$node->safe_psql($db, "SELECT 'replay | 201 | ' || ($body)::text || ' | ' || ($headers)::text"),
 		"$when, a retry of $key replays the stored response");
 	return;
 }
@@ -104,8 +102,8 @@ $primary->safe_psql($db,
 	q{SELECT idempotency_checkpoint('pay', 'charge-1', 'provider-called', lease => '6s', attempt => 1)});
 $primary->wait_for_catchup($standby);
 my $held = lookup_key($standby, $db, 'pay', 'charge-1');
-is( join(' ', map { $held->{$_} // 'NULL' } qw(status attempt recovery_point)),
-	'in_progress 1 provider-called',
+is(fields($held, qw(status attempt recovery_point)),
+	'in_progress | 1 | provider-called',
 	'the standby sees the claim in progress with its recovery point');
 
 $primary->stop('immediate');
@@ -121,8 +119,8 @@ SKIP:
 }
 wait_for_lease_end($standby, $db, 'pay', 'charge-1');
 my $takeover = begin_request($standby, $db, @charge);
-is( join(' ', map { $takeover->{$_} // 'NULL' } qw(outcome attempt recovery_point)),
-	'claimed 2 provider-called',
+is(fields($takeover, qw(outcome attempt recovery_point)),
+	'claimed | 2 | provider-called',
 	'after its lease the claim is taken over as attempt 2 with the recovery point');
 my ($sqlstate, $stderr) = sql_error($standby, $db,
 	'SELECT ' . complete_call('pay', 'charge-1', 200, attempt => 1));

@@ -79,26 +79,11 @@ is( query('source',
 		  FROM (SELECT status, count(*) FROM idempotency.keys GROUP BY status) AS s}),
 	'c:7 p:2',
 	'source holds 7 completed keys and 2 in progress');
-is( query('source',
-		q{SELECT pg_relation_size(reltoastrelid) > 0 FROM pg_class
-		  WHERE oid = 'idempotency.keys'::regclass}),
-	't',
-	'the large body is stored out of line in the TOAST table');
+ok(body_is_toasted($node, 'source'), 'the large body is stored out of line in the TOAST table');
 
 # ---------------------------------------------------------------------------
 # A restored database equals the source and behaves like it
 # ---------------------------------------------------------------------------
-
-# The stored response of a key as "status | body | headers", from a database.
-sub stored_response
-{
-	my ($db, $scope, $key) = @_;
-	return query($db,
-		sprintf(
-			q{SELECT concat_ws(' | ', coalesce(response_status::text, 'NULL'),
-			    coalesce(response_body::text, 'NULL'), coalesce(response_headers::text, 'NULL'))
-			  FROM idempotency.keys WHERE scope = %s AND key = %s}, quote($scope), quote($key)));
-}
 
 sub check_restored
 {
@@ -115,24 +100,22 @@ sub check_restored
 	for my $request (@completed)
 	{
 		my ($scope, $key, $text) = @$request;
-		my $answer = begin_request($node, $db, $scope, $key, $text);
-		is( join(' | ', map { $answer->{$_} // 'NULL' }
-				  qw(outcome response_status response_body response_headers)),
-			'replay | ' . stored_response('source', $scope, $key),
+		is( replayed_response($node, $db, [ $scope, $key, $text ]),
+			'replay | ' . stored_response($node, 'source', $scope, $key),
 			"$how: a retry of $scope/$key replays the source's response");
 	}
 	is(begin_request($node, $db, 'shop', 'order-1', 'POST /orders 999')->{outcome},
 		'mismatch', "$how: the restored request hash still tells another request apart");
 	my $running = begin_request($node, $db, 'pay', 'charge-1', 'charge 10 EUR');
-	is("$running->{outcome} $running->{attempt}", 'in_progress 1',
+	is(fields($running, qw(outcome attempt)), 'in_progress | 1',
 		"$how: the running two-phase claim is still in progress as attempt 1");
 	cmp_ok($running->{retry_after_s}, '>', 3000, "$how: its restored lease still runs");
 	my $replay = begin_request($node, $db, 'pay', 'charge-2', 'charge 20 EUR');
-	is("$replay->{outcome} $replay->{attempt} $replay->{response_body}",
-		'replay 2 {"charged": "20 EUR"}',
+	is(fields($replay, qw(outcome attempt response_body)),
+		'replay | 2 | {"charged": "20 EUR"}',
 		"$how: the key completed by attempt 2 replays attempt 2's response");
 	my $flaky = begin_request($node, $db, 'shop', 'flaky', 'POST /flaky');
-	is("$flaky->{outcome} $flaky->{attempt}", 'claimed 2',
+	is(fields($flaky, qw(outcome attempt)), 'claimed | 2',
 		"$how: the dropped claim (503) is taken over as attempt 2");
 	return;
 }

@@ -19,8 +19,9 @@ use Test::More;
 
 our @EXPORT = qw(
   new_node new_standby quote begin_call complete_call run_request begin_request
-  lookup_key lease_running sql_error wait_for_crash_restart
-  wait_for_lease_end wait_for_promotion keys_text
+  lookup_key fields stored_response replayed_response body_is_toasted
+  lease_running sql_error wait_for_crash_restart wait_for_lease_end
+  wait_for_promotion keys_text
 );
 
 # A byte-string JSON decoder: each byte of psql's output stays one character,
@@ -140,6 +141,57 @@ sub begin_request
 			    'recovery_point', recovery_point,
 			    'retry_after_s', extract(epoch FROM retry_after))
 			  FROM %s}, begin_call(@call)));
+}
+
+# The named fields of an answer or record, "a | b | c", NULL for undef.
+sub fields
+{
+	my ($hash, @names) = @_;
+	return join ' | ', map { $hash->{$_} // 'NULL' } @names;
+}
+
+# SQL rendering "status | body | headers" of the response columns, which
+# idempotency.keys and idempotency_begin's result share.  With digest => 1
+# the body shows as its length and md5 (a large body's diff is unreadable).
+sub response_sql
+{
+	my (%params) = @_;
+	my $body =
+	  $params{digest}
+	  ? q{length(response_body::text) || ' bytes, md5 ' || md5(response_body::text)}
+	  : 'response_body::text';
+	return qq{concat_ws(' | ', coalesce(response_status::text, 'NULL'),
+	  coalesce($body, 'NULL'), coalesce(response_headers::text, 'NULL'))};
+}
+
+# The response stored for (scope, key), as rendered by response_sql.
+sub stored_response
+{
+	my ($node, $db, $scope, $key, %params) = @_;
+	return $node->safe_psql($db,
+		sprintf('SELECT %s FROM idempotency.keys WHERE scope = %s AND key = %s',
+			response_sql(%params), quote($scope), quote($key)));
+}
+
+# Retries [scope, key, request]: "outcome | status | body | headers", the
+# response rendered as stored_response renders it, so that a replay of a
+# stored response reads "replay | " . stored_response(...).
+sub replayed_response
+{
+	my ($node, $db, $request, %params) = @_;
+	return $node->safe_psql($db,
+		sprintf(q{SELECT outcome || ' | ' || %s FROM %s},
+			response_sql(%params), begin_call(@$request)));
+}
+
+# Whether idempotency.keys has anything stored out of line, in its TOAST
+# table (tests store one large body and check it went there).
+sub body_is_toasted
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql($db,
+		q{SELECT pg_relation_size(reltoastrelid) > 0 FROM pg_class
+		  WHERE oid = 'idempotency.keys'::regclass}) eq 't';
 }
 
 # idempotency_lookup's row as a hash (bodies as jsonb text, request as hex,
