@@ -1,0 +1,286 @@
+# Helpers shared by the reliability TAP tests (test/t/010_* and later): start
+# a node, call the API and read its answers as Perl hashes, catch an error's
+# SQLSTATE, wait for a crash restart or a lease to end, and render the whole
+# key table as text for exact comparisons.
+#
+# Answers come back as byte strings, exactly as psql printed them: response
+# bodies and headers are their jsonb text (response_body::text), so tests can
+# compare them byte for byte.
+package IdempotencyTest;
+
+use strict;
+use warnings;
+
+use Exporter 'import';
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+our @EXPORT = qw(
+  new_node new_standby quote begin_call complete_call run_request begin_request
+  lookup_key fields stored_response replayed_response body_is_toasted
+  lease_running sql_error wait_for_crash_restart wait_for_lease_end
+  wait_for_promotion keys_text
+);
+
+# A byte-string JSON decoder: each byte of psql's output stays one character,
+# so decoded strings compare equal to raw psql output.
+my $json = JSON::PP->new;
+
+# Creates and starts a node in a UTF-8 database with the C locale (stable
+# output whatever the tester's environment). %params: init => {...} for
+# PostgreSQL::Test::Cluster::init, conf => [lines for postgresql.conf].
+sub new_node
+{
+	my ($name, %params) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(extra => [ '--encoding=UTF8', '--locale=C' ],
+		%{ $params{init} // {} });
+	$node->append_conf('postgresql.conf', $_) for @{ $params{conf} // [] };
+	$node->start;
+	return $node;
+}
+
+# Creates and starts a streaming standby of $primary from a fresh base backup.
+# Its name is also its application_name (Cluster.pm starts every node with
+# --cluster-name), which synchronous_standby_names refers to.
+sub new_standby
+{
+	my ($primary, $name) = @_;
+	my $backup = "for_$name";
+	$primary->backup($backup);
+	my $standby = PostgreSQL::Test::Cluster->new($name);
+	$standby->init_from_backup($primary, $backup, has_streaming => 1);
+	$standby->start;
+	return $standby;
+}
+
+# An SQL string literal (standard_conforming_strings is on).
+sub quote
+{
+	my ($value) = @_;
+	return 'NULL' unless defined $value;
+	$value =~ s/'/''/g;
+	return "'$value'";
+}
+
+# ", name => 'value'" for each named argument, in a stable order.
+sub named_args
+{
+	my (%named) = @_;
+	return join '', map { ", $_ => " . quote($named{$_}) } sort keys %named;
+}
+
+# The SQL call idempotency_begin(scope, key, request_hash(request::text), ...);
+# %named holds ttl, lease, wait as interval text.
+sub begin_call
+{
+	my ($scope, $key, $request, %named) = @_;
+	return sprintf('idempotency_begin(%s, %s, request_hash(%s::text)%s)',
+		quote($scope), quote($key), quote($request), named_args(%named));
+}
+
+# The SQL call idempotency_complete(...). body and headers are SQL
+# expressions of type jsonb (inserted verbatim, so a test can build a large
+# document in SQL); attempt is a number.
+sub complete_call
+{
+	my ($scope, $key, $status, %params) = @_;
+	return sprintf(
+		'idempotency_complete(%s, %s, %d, %s, %s%s)',
+		quote($scope), quote($key), $status,
+		$params{body} // 'NULL',
+		$params{headers} // 'NULL',
+		defined $params{attempt} ? ", attempt => $params{attempt}" : '');
+}
+
+# Runs a request the one-phase way, in one transaction: claim (scope, key),
+# do the business write (SQL in write, optional), store the response
+# (complete_call's body and headers), COMMIT; claim => {...} holds begin's
+# named arguments (ttl, lease, wait). Returns "outcome attempt" of
+# the claim and complete's result on a second line: "claimed 1\nt" when all
+# went well.
+sub run_request
+{
+	my ($node, $db, $scope, $key, $request, $status, %params) = @_;
+	return $node->safe_psql(
+		$db,
+		sprintf(
+			q{BEGIN;
+			  SELECT outcome || ' ' || attempt FROM %s;
+			  %s;
+			  SELECT %s;
+			  COMMIT},
+			begin_call($scope, $key, $request, %{ $params{claim} // {} }),
+			$params{write} // 'SELECT',
+			complete_call($scope, $key, $status, %params)));
+}
+
+# Runs a query that returns one json object (or no row) and decodes it.
+sub query_object
+{
+	my ($node, $db, $sql) = @_;
+	my $text = $node->safe_psql($db, $sql);
+	return $text eq '' ? undef : $json->decode($text);
+}
+
+# Calls idempotency_begin in a transaction of its own and returns its answer:
+# outcome, attempt, response_status, response_body and response_headers (as
+# jsonb text), recovery_point, retry_after_s (seconds).
+sub begin_request
+{
+	my ($node, $db, @call) = @_;
+	return query_object(
+		$node, $db, sprintf(
+			q{SELECT json_build_object(
+			    'outcome', outcome, 'attempt', attempt,
+			    'response_status', response_status,
+			    'response_body', response_body::text,
+			    'response_headers', response_headers::text,
+			    'recovery_point', recovery_point,
+			    'retry_after_s', extract(epoch FROM retry_after))
+			  FROM %s}, begin_call(@call)));
+}
+
+# The named fields of an answer or record, "a | b | c", NULL for undef.
+sub fields
+{
+	my ($hash, @names) = @_;
+	return join ' | ', map { $hash->{$_} // 'NULL' } @names;
+}
+
+# SQL rendering "status | body | headers" of the response columns, which
+# idempotency.keys and idempotency_begin's result share.  With digest => 1
+# the body shows as its length and md5 (a large body's diff is unreadable).
+sub response_sql
+{
+	my (%params) = @_;
+	my $body =
+	  $params{digest}
+	  ? q{length(response_body::text) || ' bytes, md5 ' || md5(response_body::text)}
+	  : 'response_body::text';
+	return qq{concat_ws(' | ', coalesce(response_status::text, 'NULL'),
+	  coalesce($body, 'NULL'), coalesce(response_headers::text, 'NULL'))};
+}
+
+# The response stored for (scope, key), as rendered by response_sql.
+sub stored_response
+{
+	my ($node, $db, $scope, $key, %params) = @_;
+	return $node->safe_psql($db,
+		sprintf('SELECT %s FROM idempotency.keys WHERE scope = %s AND key = %s',
+			response_sql(%params), quote($scope), quote($key)));
+}
+
+# Retries [scope, key, request]: "outcome | status | body | headers", the
+# response rendered as stored_response renders it, so that a replay of a
+# stored response reads "replay | " . stored_response(...).
+sub replayed_response
+{
+	my ($node, $db, $request, %params) = @_;
+	return $node->safe_psql($db,
+		sprintf(q{SELECT outcome || ' | ' || %s FROM %s},
+			response_sql(%params), begin_call(@$request)));
+}
+
+# Whether idempotency.keys has anything stored out of line, in its TOAST
+# table (tests store one large body and check it went there).
+sub body_is_toasted
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql($db,
+		q{SELECT pg_relation_size(reltoastrelid) > 0 FROM pg_class
+		  WHERE oid = 'idempotency.keys'::regclass}) eq 't';
+}
+
+# idempotency_lookup's row as a hash (bodies as jsonb text, request as hex,
+# lease_remaining_s in seconds from now), or undef when there is no row.
+sub lookup_key
+{
+	my ($node, $db, $scope, $key) = @_;
+	return query_object(
+		$node, $db, sprintf(
+			q{SELECT json_build_object(
+			    'status', status, 'request', request::text, 'attempt', attempt,
+			    'response_status', response_status,
+			    'response_body', response_body::text,
+			    'response_headers', response_headers::text,
+			    'recovery_point', recovery_point,
+			    'lease_remaining_s',
+			      extract(epoch FROM lease_expires_at - clock_timestamp()))
+			  FROM idempotency_lookup(%s, %s)}, quote($scope), quote($key)));
+}
+
+# Whether the in-progress claim on (scope, key) still has lease left.
+# Tests that expect in_progress after a restart or failover skip that check
+# when a slow machine let the lease run out first.
+sub lease_running
+{
+	my ($node, $db, $scope, $key) = @_;
+	my $record = lookup_key($node, $db, $scope, $key);
+	return defined $record
+	  && defined $record->{lease_remaining_s}
+	  && $record->{lease_remaining_s} > 0.2;
+}
+
+# Runs SQL that should fail; returns its SQLSTATE (undef if it succeeded)
+# and psql's stderr, which in verbose mode also carries DETAIL and HINT.
+sub sql_error
+{
+	my ($node, $db, $sql) = @_;
+	my ($ret, $stdout, $stderr) =
+	  $node->psql($db, "\\set VERBOSITY verbose\n$sql", on_error_stop => 1);
+	return (undef, $stderr) if $ret == 0;
+	my ($sqlstate) = $stderr =~ /ERROR:\s+([0-9A-Z]{5}):/;
+	return ($sqlstate, $stderr);
+}
+
+# After a backend was killed (restart_after_crash = on): waits until the
+# postmaster has reinitialised, replayed the WAL and accepts connections
+# again. $log_offset is the server log's size taken before the kill, so an
+# earlier restart's messages do not count.
+sub wait_for_crash_restart
+{
+	my ($node, $log_offset) = @_;
+	$node->wait_for_log(
+		qr/all server processes terminated; reinitializing.*database system is ready to accept connections/s,
+		$log_offset);
+	$node->poll_query_until('postgres', 'SELECT true')
+	  or die 'the server did not accept connections after the crash restart';
+	return;
+}
+
+# Polls until the lease of the claim on (scope, key) has ended.
+sub wait_for_lease_end
+{
+	my ($node, $db, $scope, $key) = @_;
+	$node->poll_query_until(
+		$db, sprintf(
+			q{SELECT lease_expires_at <= now() FROM idempotency_lookup(%s, %s)},
+			quote($scope), quote($key)))
+	  or die "the lease of $scope/$key did not end";
+	return;
+}
+
+sub wait_for_promotion
+{
+	my ($node) = @_;
+	$node->promote;
+	$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+	  or die 'the standby did not finish its promotion';
+	return;
+}
+
+# Every stored key, one row's text per line in (scope, key) order: scope, key,
+# request hash, timestamps (to the microsecond), ttl, status, attempt, lease,
+# response and recovery point. Two databases with equal texts hold the same
+# keys in the same states.
+sub keys_text
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql($db,
+		q{SELECT k::text FROM idempotency.keys AS k ORDER BY scope, key});
+}
+
+1;
