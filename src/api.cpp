@@ -310,7 +310,7 @@ constexpr int busy_rereads = 5;
 constexpr long busy_reread_pause_us = 100;
 
 // One attempt, without waiting for a holder.
-BeginAnswer begin_once(const Relations &rels, const BeginArgs &args)
+BeginAnswer begin_once(Relations &rels, const BeginArgs &args)
 {
     TimestampTz now = GetCurrentTimestamp();
     Record record = store::read_latest(rels, args.key.scope, args.key.key);
@@ -370,7 +370,7 @@ BeginAnswer begin_once(const Relations &rels, const BeginArgs &args)
 // waited for on its transaction id; a committed claim has no transaction to
 // wait for, so its lease is polled.  lock_timeout, when set and shorter, cuts the wait short
 // with in_progress.
-BeginAnswer wait_for_holder(const Relations &rels, const BeginArgs &args, BeginAnswer result)
+BeginAnswer wait_for_holder(Relations &rels, const BeginArgs &args, BeginAnswer result)
 {
     constexpr long max_poll_ms = 50;
     int64 wait_us = args.wait_us;
@@ -398,7 +398,7 @@ BeginAnswer wait_for_holder(const Relations &rels, const BeginArgs &args, BeginA
     }
 }
 
-BeginAnswer begin(const Relations &rels, const BeginArgs &args)
+BeginAnswer begin(Relations &rels, const BeginArgs &args)
 {
     namespace stats = idempotency::stats;
     BeginAnswer result = begin_once(rels, args);
@@ -502,7 +502,7 @@ Datum begin_result(FunctionCallInfo fcinfo, const BeginAnswer &result)
 // the documented error.  Another transaction's uncommitted change is waited
 // for first, as an UPDATE waits for a concurrent one.  The caller writes with
 // write_claim, which lets the lock go.
-Record held_claim(const Relations &rels, const KeyArgs &key, bool has_attempt, int32 attempt)
+Record held_claim(Relations &rels, const KeyArgs &key, bool has_attempt, int32 attempt)
 {
     Record record;
     for (;;)
@@ -533,7 +533,7 @@ Record held_claim(const Relations &rels, const KeyArgs &key, bool has_attempt, i
     return record;
 }
 
-void write_claim(const Relations &rels, const KeyArgs &key, Record &record)
+void write_claim(Relations &rels, const KeyArgs &key, Record &record)
 {
     TM_Result result = store::update_record(rels, record);
     store::unlock_key(key.scope, key.key);

@@ -23,6 +23,7 @@ extern "C"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/inval.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 }
@@ -35,6 +36,25 @@ namespace idempotency::store
 // pg_locks they show as locktype 'advisory' with objsubid 18756.
 constexpr uint16 key_lock_tag = 0x4944;
 
+// The storage's OIDs, looked up once per backend.  Any relcache invalidation
+// of one of them (DROP EXTENSION, or merely a change of its pg_class row)
+// forgets them, and taking a lock processes pending invalidations, so a
+// stale OID is noticed right after locking it.
+struct StorageOids
+{
+    Oid heap;
+    Oid pkey;
+    Oid expiry;
+};
+static StorageOids storage_oids = {InvalidOid, InvalidOid, InvalidOid};
+
+static void forget_storage_oids(Datum, Oid relid)
+{
+    if (relid == InvalidOid || relid == storage_oids.heap || relid == storage_oids.pkey ||
+        relid == storage_oids.expiry)
+        storage_oids = {InvalidOid, InvalidOid, InvalidOid};
+}
+
 static Oid index_relid(Oid namespace_oid, const char *name)
 {
     Oid relid = get_relname_relid(name, namespace_oid);
@@ -46,45 +66,59 @@ static Oid index_relid(Oid namespace_oid, const char *name)
     return relid;
 }
 
-static Oid storage_relid()
+// Looks the storage up by name, without a privilege check on the private
+// schema: EXECUTE on the functions is the gate.
+static bool look_up_storage()
 {
+    static bool callback_registered = false;
+    if (!callback_registered)
+    {
+        CacheRegisterRelcacheCallback(forget_storage_oids, (Datum)0);
+        callback_registered = true;
+    }
     Oid namespace_oid = get_namespace_oid("idempotency", true);
-    return OidIsValid(namespace_oid) ? get_relname_relid("keys", namespace_oid) : InvalidOid;
+    Oid heap = OidIsValid(namespace_oid) ? get_relname_relid("keys", namespace_oid) : InvalidOid;
+    if (!OidIsValid(heap))
+        return false;
+    storage_oids = {heap, index_relid(namespace_oid, "keys_pkey"),
+                    index_relid(namespace_oid, "keys_expires_at_idx")};
+    return true;
 }
 
-// Finds and locks idempotency.keys.  The name is looked up without a
-// privilege check on the private schema (EXECUTE on the functions is the
-// gate), and checked again once the lock is granted, so a concurrent DROP
-// EXTENSION yields "missing", never a stale OID.  The indexes cannot change
-// while the table is locked.
+// Finds and locks idempotency.keys and its primary key.  The lock is held to
+// the end of the transaction, as for any table a statement reads or writes:
+// DDL such as DROP EXTENSION then waits for transactions that used the
+// storage instead of pulling it from under their uncommitted rows.
 static bool open_storage(Relations *rels, LOCKMODE lockmode, bool skip_if_busy)
 {
-    Oid heap_oid = storage_relid();
-    if (!OidIsValid(heap_oid))
-        return false;
-    if (skip_if_busy)
+    for (;;)
     {
-        if (!ConditionalLockRelationOid(heap_oid, lockmode))
+        if (!OidIsValid(storage_oids.heap) && !look_up_storage())
             return false;
-    }
-    else
-        LockRelationOid(heap_oid, lockmode);
-    if (storage_relid() != heap_oid)
-    {
-        UnlockRelationOid(heap_oid, lockmode);
-        return false;
+        Oid heap = storage_oids.heap;
+        if (skip_if_busy)
+        {
+            if (!ConditionalLockRelationOid(heap, lockmode))
+                return false;
+        }
+        else
+            LockRelationOid(heap, lockmode);
+        if (storage_oids.heap == heap)
+            break;
+        // The lock brought an invalidation: the OID may be stale.  Look again.
+        UnlockRelationOid(heap, lockmode);
     }
     rels->lockmode = lockmode;
-    rels->heap = table_open(heap_oid, NoLock);
+    rels->heap = table_open(storage_oids.heap, NoLock);
     if (RelationGetDescr(rels->heap)->natts != column_count)
         ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
                         errmsg("table \"idempotency.keys\" has %d columns, expected %d",
                                RelationGetDescr(rels->heap)->natts, (int)column_count),
                         errhint("The extension's storage was changed by hand; reinstall the "
                                 "extension.")));
-    Oid namespace_oid = RelationGetNamespace(rels->heap);
-    rels->pkey = index_open(index_relid(namespace_oid, "keys_pkey"), lockmode);
-    rels->expiry = index_open(index_relid(namespace_oid, "keys_expires_at_idx"), lockmode);
+    rels->pkey = index_open(storage_oids.pkey, lockmode);
+    rels->expiry_oid = storage_oids.expiry;
+    rels->expiry = nullptr;
     return true;
 }
 
@@ -103,11 +137,20 @@ bool try_open_relations(Relations *rels, LOCKMODE lockmode)
     return open_storage(rels, lockmode, true);
 }
 
+// The expiry index is needed only to write or to expire, not to replay.
+static Relation expiry_index(Relations &rels)
+{
+    if (rels.expiry == nullptr)
+        rels.expiry = index_open(rels.expiry_oid, rels.lockmode);
+    return rels.expiry;
+}
+
 void close_relations(const Relations &rels)
 {
-    index_close(rels.expiry, rels.lockmode);
-    index_close(rels.pkey, rels.lockmode);
-    table_close(rels.heap, rels.lockmode);
+    if (rels.expiry != nullptr)
+        index_close(rels.expiry, NoLock);
+    index_close(rels.pkey, NoLock);
+    table_close(rels.heap, NoLock);
 }
 
 // Copies the slot's tuple out of the shared buffer and decodes it.
@@ -192,18 +235,18 @@ static void insert_index_entry(Relation index, Relation heap, Datum *values, Ite
 
 // New index entries for a version that is not heap-only.  The primary key
 // checks uniqueness as a safety net under the key lock.
-static void insert_index_entries(const Relations &rels, HeapTuple tuple, const Record &record,
+static void insert_index_entries(Relations &rels, HeapTuple tuple, const Record &record,
                                  bool is_update)
 {
     Datum pkey_values[2] = {record.values[col_scope], record.values[col_key]};
     insert_index_entry(rels.pkey, rels.heap, pkey_values, &tuple->t_self, UNIQUE_CHECK_YES,
                        is_update);
     Datum expiry_values[1] = {record.values[col_expires_at]};
-    insert_index_entry(rels.expiry, rels.heap, expiry_values, &tuple->t_self, UNIQUE_CHECK_NO,
+    insert_index_entry(expiry_index(rels), rels.heap, expiry_values, &tuple->t_self, UNIQUE_CHECK_NO,
                        false);
 }
 
-void insert_record(const Relations &rels, Record &record)
+void insert_record(Relations &rels, Record &record)
 {
     HeapTuple tuple = heap_form_tuple(RelationGetDescr(rels.heap), record.values, record.nulls);
     heap_insert(rels.heap, tuple, GetCurrentCommandId(true), 0, nullptr);
@@ -215,7 +258,7 @@ void insert_record(const Relations &rels, Record &record)
     CommandCounterIncrement();
 }
 
-TM_Result update_record(const Relations &rels, Record &record)
+TM_Result update_record(Relations &rels, Record &record)
 {
     HeapTuple tuple = heap_form_tuple(RelationGetDescr(rels.heap), record.values, record.nulls);
     TM_FailureData failure;
@@ -240,11 +283,11 @@ TM_Result update_record(const Relations &rels, Record &record)
     return TM_Ok;
 }
 
-int64 expire(const Relations &rels, TimestampTz now, int64 max_rows)
+int64 expire(Relations &rels, TimestampTz now, int64 max_rows)
 {
     ScanKeyData bound;
     ScanKeyInit(&bound, 1, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
-    IndexScanDesc scan = index_beginscan(rels.heap, rels.expiry, GetActiveSnapshot(), 1, 0);
+    IndexScanDesc scan = index_beginscan(rels.heap, expiry_index(rels), GetActiveSnapshot(), 1, 0);
     index_rescan(scan, &bound, 1, nullptr, 0);
     TupleTableSlot *slot = table_slot_create(rels.heap, nullptr);
     MemoryContext per_row = AllocSetContextCreate(CurrentMemoryContext, "idempotency expiry row",

@@ -63,7 +63,8 @@ struct Relations
 {
     Relation heap;
     Relation pkey;
-    Relation expiry;
+    Relation expiry; // opened on first use; see expiry_index() in store.cpp
+    Oid expiry_oid;
     LOCKMODE lockmode;
 };
 
@@ -116,7 +117,8 @@ struct Record
 };
 
 // Opens idempotency.keys and its indexes; RowExclusiveLock to write,
-// AccessShareLock to read.  Raises an error when the storage is missing.
+// AccessShareLock to read; the lock is kept to the end of the transaction.
+// Raises an error when the storage is missing.
 Relations open_relations(LOCKMODE lockmode);
 // The same, for the expiry worker: false, without waiting, when the storage is
 // missing or DDL (DROP or ALTER EXTENSION) holds it.
@@ -129,17 +131,17 @@ Record read_latest(const Relations &rels, Datum scope, Datum key);
 Record read_visible(const Relations &rels, Datum scope, Datum key, Snapshot snapshot);
 
 // Writes `record` as a new row; the caller holds the key lock.
-void insert_record(const Relations &rels, Record &record);
+void insert_record(Relations &rels, Record &record);
 // Replaces the version `record.tid` with `record`'s values; the caller holds
 // the key lock.  Returns TM_Ok, or TM_Deleted/TM_Updated when a concurrent
 // expiry got there first (the caller reads again).
-TM_Result update_record(const Relations &rels, Record &record);
+TM_Result update_record(Relations &rels, Record &record);
 
 // Deletes up to `max_rows` records that are expired at `now` (no limit when
 // max_rows < 0), found through the expiry index under the active snapshot.
 // Never waits: a row another transaction is changing right now is skipped.
 // Returns the number deleted.
-int64 expire(const Relations &rels, TimestampTz now, int64 max_rows);
+int64 expire(Relations &rels, TimestampTz now, int64 max_rows);
 
 // The per-key lock described above: false when another transaction holds it
 // and `wait` is false.
