@@ -85,6 +85,18 @@ void check_length(Datum value, const char *name)
                                   settings::max_key_length)));
 }
 
+// With idempotency.tenant_isolation = role, the stored scope is the calling
+// role's OID, a slash, then the caller's scope: no role can name another
+// role's keys, whatever scope it passes.
+Datum scope_of_caller(Datum scope)
+{
+    if (settings::tenant_isolation != settings::tenant_isolation_role)
+        return scope;
+    const text *t = DatumGetTextPP(scope);
+    return CStringGetTextDatum(
+        psprintf("%u/%.*s", GetUserId(), int(VARSIZE_ANY_EXHDR(t)), VARDATA_ANY(t)));
+}
+
 KeyArgs key_args(FunctionCallInfo fcinfo)
 {
     KeyArgs args;
@@ -94,6 +106,7 @@ KeyArgs key_args(FunctionCallInfo fcinfo)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("key must not be empty")));
     check_length(args.scope, "scope");
     check_length(args.key, "key");
+    args.scope = scope_of_caller(args.scope);
     return args;
 }
 

@@ -25,6 +25,7 @@ int default_wait_ms = 0;
 int max_key_length = 255;
 int max_response_bytes = 1024 * 1024;
 bool store_server_errors = false;
+int tenant_isolation = tenant_isolation_off;
 bool worker_enabled = true;
 int expire_interval_ms = 10 * 1000;
 int expire_batch_size = 10000;
@@ -32,6 +33,11 @@ int expire_batch_size = 10000;
 // Values of idempotency.inject_fault, in the order of idempotency::injected_fault.
 static const struct config_enum_entry fault_options[] = {
     {"none", 0, false}, {"exception", 1, false}, {"out_of_memory", 2, false}, {nullptr, 0, false}};
+
+static const struct config_enum_entry tenant_isolation_options[] = {
+    {"off", tenant_isolation_off, false},
+    {"role", tenant_isolation_role, false},
+    {nullptr, 0, false}};
 
 static void define()
 {
@@ -62,6 +68,12 @@ static void define()
         "idempotency.store_server_errors", "Store responses with status 500 to 599.",
         "When off, completing with a server error drops the claim so that a retry runs again.",
         &store_server_errors, store_server_errors, PGC_USERSET, 0, nullptr, nullptr, nullptr);
+    DefineCustomEnumVariable(
+        "idempotency.tenant_isolation", "Binds every scope to the role that calls the functions.",
+        "role: keys claimed by one role are invisible to every other role; set it per role with "
+        "ALTER ROLE ... SET, or for the whole server.",
+        &tenant_isolation, tenant_isolation, tenant_isolation_options, PGC_SUSET, 0, nullptr,
+        nullptr, nullptr);
     DefineCustomBoolVariable("idempotency.worker_enabled",
                              "Runs the background expiry of keys (needs shared_preload_libraries).",
                              nullptr, &worker_enabled, worker_enabled, PGC_SIGHUP, 0, nullptr,
