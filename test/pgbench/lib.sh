@@ -15,6 +15,7 @@ readonly lib_packages=(postgresql-15 postgresql-server-dev-15 libssl-dev g++ mak
 scratch=''
 server_user=''
 cluster_data=''
+cluster_log=''
 
 say() { printf '==> %s\n' "$*"; }
 
@@ -173,6 +174,20 @@ psql_in() {
 query_value() {
     local database=$1 sql=$2
     psql_in "$database" -At -c "$sql"
+}
+
+# Fails (and shows where) when the server log has a crash or an internal
+# error: a backend assertion (TRAP:), a process killed by a signal, or an
+# error of SQLSTATE class XX, which the log_line_prefix '... [%e] ...' the
+# callers set prints as [XX...].  The same gate as test/run's.
+check_server_log() {
+    local pattern='TRAP: |terminated by signal [0-9]+:|\[XX[0-9A-Z]{3}\]'
+    [[ -f $cluster_log ]] || return 0
+    if grep -qE "$pattern" "$cluster_log"; then
+        say "crash or internal error in the server log:"
+        grep -nE -B3 -A3 "$pattern" "$cluster_log"
+        return 1
+    fi
 }
 
 # Stops the cluster and removes the scratch directory; KEEP_TMP=1 keeps it.
