@@ -1,0 +1,201 @@
+# shellcheck shell=bash
+# Shell functions shared by test/demo and test/pgbench/run: bring a machine
+# up (packages, build, install) and run a throwaway cluster as an unprivileged
+# user.  They follow test/run's steps (the same package check, PG_CONFIG
+# handling and cluster layout); test/run keeps its own copy for now.
+#
+# Sets, as its functions run: pg_config bindir pkglibdir extensiondir
+# (locate_postgres), scratch server_user (make_scratch), cluster_data
+# cluster_socket cluster_port cluster_log (start_cluster).
+
+# What building and running needs on Debian 12; pgbench and psql come with
+# postgresql-15 (and its dependency postgresql-client-15).
+readonly lib_packages=(postgresql-15 postgresql-server-dev-15 libssl-dev g++ make)
+
+scratch=''
+server_user=''
+cluster_data=''
+cluster_log=''
+
+say() { printf '==> %s\n' "$*"; }
+
+die() {
+    printf '%s: %s\n' "${0##*/}" "$*" >&2
+    exit 1
+}
+
+# Runs a command as root: directly, through sudo, or not at all.
+as_root() {
+    if ((EUID == 0)); then
+        "$@"
+    elif command -v sudo >/dev/null; then
+        sudo "$@"
+    else
+        die "'$*' needs root, and there is no sudo; run as root or install sudo"
+    fi
+}
+
+# PostgreSQL refuses to run as root, so the cluster runs as postgres then.
+as_server_user() {
+    if ((EUID == 0)); then
+        runuser -u "$server_user" -- "$@"
+    else
+        "$@"
+    fi
+}
+
+# ---------------------------------------------------------------- machine
+
+missing_packages() {
+    local pkg
+    for pkg in "${lib_packages[@]}"; do
+        dpkg-query -W -f='${Status}\n' "$pkg" 2>/dev/null | grep -q '^install ok installed$' ||
+            printf '%s\n' "$pkg"
+    done
+}
+
+install_packages() {
+    if ! command -v dpkg-query >/dev/null; then
+        say "not Debian: not checking packages (need ${lib_packages[*]} or equivalents)"
+        return
+    fi
+    local missing
+    mapfile -t missing < <(missing_packages)
+    ((${#missing[@]} == 0)) && return
+    say "installing ${missing[*]}"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# Sets the PostgreSQL paths every later step uses, all from one pg_config.
+locate_postgres() {
+    local wanted=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+    # A bare name (make demo PG_CONFIG=pg_config) is looked up in PATH.
+    pg_config=$(command -v "$wanted") || die "no pg_config at $wanted (set PG_CONFIG)"
+    bindir=$("$pg_config" --bindir)
+    pkglibdir=$("$pg_config" --pkglibdir)
+    extensiondir=$("$pg_config" --sharedir)/extension
+    [[ -x $bindir/pgbench && -x $bindir/psql ]] || die "no pgbench or psql in $bindir"
+    say "$("$pg_config" --version) from $bindir"
+}
+
+build_and_install() {
+    local tree=$1
+    say "building"
+    make -C "$tree" -s -j"$(nproc)" PG_CONFIG="$pg_config"
+    say "installing into $pkglibdir"
+    if [[ -w $pkglibdir && -w $extensiondir ]]; then
+        make -C "$tree" -s install PG_CONFIG="$pg_config"
+    else
+        as_root make -C "$tree" -s install PG_CONFIG="$pg_config"
+    fi
+}
+
+# A directory the server user owns, for the cluster, its socket and logs.
+make_scratch() {
+    local name=$1
+    if ((EUID == 0)); then
+        server_user=postgres
+        id -u "$server_user" >/dev/null || die "no user $server_user to run PostgreSQL as"
+    else
+        server_user=$(id -un)
+    fi
+    scratch=$(mktemp -d "${TMPDIR:-/tmp}/$name.XXXXXX")
+    chmod 755 "$scratch"
+    ((EUID == 0)) && chown "$server_user:" "$scratch"
+    return 0
+}
+
+# Copies files where the server user can read them: the checkout may not be
+# readable by postgres (e.g. under /root).
+copy_for_server() {
+    local dest=$1
+    shift
+    as_server_user mkdir -p "$dest"
+    local f
+    for f in "$@"; do
+        as_server_user tee "$dest/${f##*/}" <"$f" >/dev/null
+    done
+}
+
+# ---------------------------------------------------------------- cluster
+
+# A port nobody listens on over TCP and no socket in the default directories
+# uses; the cluster itself listens only on a socket in its own directory.
+free_port() {
+    local port
+    for ((port = 20000 + RANDOM % 10000; ; port++)); do
+        [[ -e /var/run/postgresql/.s.PGSQL.$port || -e /tmp/.s.PGSQL.$port ]] && continue
+        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
+        echo "$port"
+        return
+    done
+}
+
+# Starts a cluster in $scratch/cluster; the argument, settings, is appended
+# to its postgresql.conf after the private socket settings.  (Not read from
+# standard input: a pipe would run this in a subshell that forgets the
+# cluster_* variables the clean-up needs.)
+start_cluster() {
+    local settings=$1 dir=$scratch/cluster
+    cluster_socket=$dir/socket
+    cluster_log=$dir/server.log
+    cluster_port=$(free_port)
+    as_server_user mkdir -p "$cluster_socket"
+    as_server_user "$bindir/initdb" -D "$dir/data" --no-locale -E UTF8 -A trust -N \
+        >"$scratch/initdb.log" 2>&1 || { cat "$scratch/initdb.log"; return 1; }
+    cluster_data=$dir/data
+    {
+        printf '\n# %s: a private socket only\n' "${0##*/}"
+        printf "listen_addresses = ''\nunix_socket_directories = '%s'\nport = %s\n" \
+            "$cluster_socket" "$cluster_port"
+        printf '%s\n' "$settings"
+    } | as_server_user tee -a "$cluster_data/postgresql.conf" >/dev/null
+    # A library that fails to preload stops the server here: show why.
+    as_server_user "$bindir/pg_ctl" -D "$cluster_data" -l "$cluster_log" -w -t 120 start >/dev/null ||
+        { cat "$cluster_log"; return 1; }
+    say "cluster on port $cluster_port, log $cluster_log"
+}
+
+stop_cluster() {
+    [[ -n $cluster_data && -e $cluster_data/postmaster.pid ]] || return 0
+    as_server_user "$bindir/pg_ctl" -D "$cluster_data" -m fast -w stop >/dev/null
+}
+
+# psql into the cluster, stopping at the first error; database first.
+psql_in() {
+    local database=$1
+    shift
+    as_server_user "$bindir/psql" -X -q -v ON_ERROR_STOP=1 -h "$cluster_socket" \
+        -p "$cluster_port" -d "$database" "$@"
+}
+
+# One value: the first column of the first row.
+query_value() {
+    local database=$1 sql=$2
+    psql_in "$database" -At -c "$sql"
+}
+
+# Fails (and shows where) when the server log has a crash or an internal
+# error: a backend assertion (TRAP:), a process killed by a signal, or an
+# error of SQLSTATE class XX, which the log_line_prefix '... [%e] ...' the
+# callers set prints as [XX...].  The same gate as test/run's.
+check_server_log() {
+    local pattern='TRAP: |terminated by signal [0-9]+:|\[XX[0-9A-Z]{3}\]'
+    [[ -f $cluster_log ]] || return 0
+    if grep -qE "$pattern" "$cluster_log"; then
+        say "crash or internal error in the server log:"
+        grep -nE -B3 -A3 "$pattern" "$cluster_log"
+        return 1
+    fi
+}
+
+# Stops the cluster and removes the scratch directory; KEEP_TMP=1 keeps it.
+clean_up() {
+    stop_cluster || true
+    if [[ -n $scratch && ${KEEP_TMP:-0} == 1 ]]; then
+        say "kept $scratch"
+    elif [[ -n $scratch ]]; then
+        rm -rf "$scratch"
+    fi
+}
