@@ -165,6 +165,9 @@ COMMENT ON SCHEMA idempotency IS 'private storage of the idempotency extension';
 -- Columns that never change after a claim come first: a completing update then
 -- shares a long common prefix with the claim it replaces, which keeps its WAL
 -- record small.  Nothing a completion changes is indexed, so it is a HOT update.
+-- The default fillfactor suffices for that: page pruning removes the claim
+-- versions a completion leaves behind, whereas a lower fillfactor left pages
+-- half empty (measured with make bench: 553 against 313 bytes per key).
 CREATE TABLE idempotency.keys (
     scope            text COLLATE "C" NOT NULL,
     key              text COLLATE "C" NOT NULL,
@@ -181,7 +184,7 @@ CREATE TABLE idempotency.keys (
     response_body    jsonb,
     response_headers jsonb,
     CONSTRAINT keys_pkey PRIMARY KEY (scope, key)
-) WITH (fillfactor = 80);
+);
 CREATE INDEX keys_expires_at_idx ON idempotency.keys (expires_at);
 COMMENT ON TABLE idempotency.keys IS
     'one row per (scope, key): the claim, its lease and the stored response (status p = in progress, c = completed)';
