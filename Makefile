@@ -25,10 +25,12 @@ endif
 # After PGXS, so that its `all` stays the default goal.
 -include $(OBJS:.o=.d)
 
-.PHONY: test demo bench
+.PHONY: test demo bench bench-expiry
 test:
 	bash test/run
 demo:
 	bash test/demo
 bench:
 	bash test/pgbench/run
+bench-expiry:
+	bash test/pgbench/expiry
