@@ -25,10 +25,14 @@ endif
 # After PGXS, so that its `all` stays the default goal.
 -include $(OBJS:.o=.d)
 
-.PHONY: test demo bench
+.PHONY: test demo bench fuzz
 test:
 	bash test/run
 demo:
 	bash test/demo
 bench:
 	bash test/pgbench/run
+# Not part of `make test`: libFuzzer on the pure C++ byte formats of
+# request_hash (FUZZ_SECONDS per harness, default 20); see test/fuzz/run.
+fuzz:
+	bash test/fuzz/run
