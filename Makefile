@@ -11,9 +11,11 @@ PG_CONFIG ?= pg_config
 # C++17; PostgreSQL headers are treated as system headers so -Wextra judges only our code.
 WERROR ?=
 # -MMD: objects are rebuilt when a header they include changes.
-PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-register -MMD -MP $(WERROR)
+# Extra compiler and linker flags, for sanitizer builds (test/sanitize).
+SANITIZE ?=
+PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-register -MMD -MP $(WERROR) $(SANITIZE)
 EXTRA_CLEAN = src/*.d
-SHLIB_LINK = -lstdc++ -lcrypto
+SHLIB_LINK = -lstdc++ -lcrypto $(SANITIZE)
 # Debian builds the server --with-llvm; JIT-inlining our C++ buys nothing, so no bitcode.
 override with_llvm = no
 
@@ -25,7 +27,7 @@ endif
 # After PGXS, so that its `all` stays the default goal.
 -include $(OBJS:.o=.d)
 
-.PHONY: test demo bench fuzz
+.PHONY: test demo bench fuzz sanitize
 test:
 	bash test/run
 demo:
@@ -36,3 +38,7 @@ bench:
 # request_hash (FUZZ_SECONDS per harness, default 20); see test/fuzz/run.
 fuzz:
 	bash test/fuzz/run
+# Not part of `make test`: the pg_regress and isolation suites against an
+# ASan+UBSan build, in scratch copies of the tree and of PostgreSQL; see test/sanitize.
+sanitize:
+	bash test/sanitize
