@@ -2,18 +2,20 @@
 # (packages, build, install), so they must work before pg_config exists.
 EXTENSION = idempotency
 MODULE_big = idempotency
-OBJS = src/module.o src/boundary.o src/sha256.o src/request_hash.o src/store.o src/api.o \
-       src/stats.o src/worker.o
+OBJS = src/module.o src/boundary.o src/sha256.o src/canonical.o src/request_hash.o src/store.o \
+       src/api.o src/stats.o src/worker.o
 DATA = $(wildcard sql/idempotency--*.sql)
 DOCS = README.md
 
 PG_CONFIG ?= pg_config
 # C++17; PostgreSQL headers are treated as system headers so -Wextra judges only our code.
 WERROR ?=
+# Extra compiler and linker flags, for sanitizer builds (test/sanitize).
+SANITIZE ?=
 # -MMD: objects are rebuilt when a header they include changes.
-PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-register -MMD -MP $(WERROR)
+PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-register -MMD -MP $(WERROR) $(SANITIZE)
 EXTRA_CLEAN = src/*.d
-SHLIB_LINK = -lstdc++ -lcrypto
+SHLIB_LINK = -lstdc++ -lcrypto $(SANITIZE)
 # Debian builds the server --with-llvm; JIT-inlining our C++ buys nothing, so no bitcode.
 override with_llvm = no
 
@@ -25,7 +27,7 @@ endif
 # After PGXS, so that its `all` stays the default goal.
 -include $(OBJS:.o=.d)
 
-.PHONY: test demo bench bench-expiry
+.PHONY: test demo bench bench-expiry fuzz sanitize
 test:
 	bash test/run
 demo:
@@ -34,3 +36,11 @@ bench:
 	bash test/pgbench/run
 bench-expiry:
 	bash test/pgbench/expiry
+# Not part of `make test`: libFuzzer on the pure C++ byte formats of
+# request_hash (FUZZ_SECONDS per harness, default 20); see test/fuzz/run.
+fuzz:
+	bash test/fuzz/run
+# Not part of `make test`: the pg_regress and isolation suites against an
+# ASan+UBSan build, in scratch copies of the tree and of PostgreSQL; see test/sanitize.
+sanitize:
+	bash test/sanitize

@@ -3,7 +3,8 @@
 // PostgreSQL reports errors with longjmp; C++ reports them with exceptions.
 // Neither may cross into the other's frames, so the code is split in zones:
 //
-//  * Pure C++ (sha256.cpp): never includes PostgreSQL headers, may throw.
+//  * Pure C++ (sha256.cpp, canonical.cpp): never includes PostgreSQL headers,
+//    may throw.
 //  * PostgreSQL-facing code (everything else): written C-style -- only trivially
 //    destructible locals, memory from palloc, errors through ereport -- so that
 //    a longjmp through it skips no destructor.

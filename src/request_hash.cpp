@@ -2,9 +2,11 @@
 // the casts that wrap or expose a digest, and byte-wise comparison.
 //
 // PostgreSQL-facing code, written C-style (see boundary.hpp): only trivially
-// destructible locals, palloc and ereport.  The one call into pure C++ is
-// sha256(), which may throw; every SQL function is an IDEMPOTENCY_FUNCTION, so
-// its guard turns such an exception into an ERROR.
+// destructible locals, palloc and ereport.  It calls into pure C++ for the
+// byte formats (canonical.hpp) and for sha256(), which may throw; every SQL
+// function is an IDEMPOTENCY_FUNCTION, so its guard turns such an exception
+// into an ERROR.
+#include "canonical.hpp"
 #include "sha256.hpp"
 #include "request_hash.hpp"
 #include "boundary.hpp"
@@ -16,7 +18,6 @@ extern "C"
 #include "lib/stringinfo.h"
 #include "libpq/pqformat.h"
 #include "mb/pg_wchar.h"
-#include "port/pg_bswap.h"
 #include "utils/array.h"
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
@@ -27,22 +28,19 @@ namespace idempotency
 
 static_assert(sha256_digest_size == request_hash_size, "a request_hash is a SHA-256 digest");
 static_assert(sizeof(RequestHash) == request_hash_size, "the type's INTERNALLENGTH is 32");
+static_assert(canonical::digest_size == request_hash_size, "the text form is of a request_hash");
 
 void request_hash_to_hex(const RequestHash *hash, char *out)
 {
-    static constexpr char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < request_hash_size; i++)
-    {
-        out[2 * i] = digits[hash->bytes[i] >> 4];
-        out[2 * i + 1] = digits[hash->bytes[i] & 0x0F];
-    }
-    out[2 * request_hash_size] = '\0';
+    char text[canonical::hex_length + 1];
+    canonical::format_hex(hash->bytes, text);
+    memcpy(out, text, sizeof text);
 }
 
 namespace
 {
 
-constexpr size_t hex_length = 2 * request_hash_size;
+constexpr size_t hex_length = canonical::hex_length;
 
 RequestHash *palloc_request_hash()
 {
@@ -57,33 +55,6 @@ const RequestHash *request_hash_arg(FunctionCallInfo fcinfo, int n)
 // ---------------------------------------------------------------------------
 // Text form
 // ---------------------------------------------------------------------------
-
-int hex_digit_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-// Parses exactly 64 hex digits of either case; false for anything else.
-bool parse_hex(const char *str, RequestHash *hash)
-{
-    if (strnlen(str, hex_length + 1) != hex_length)
-        return false;
-    for (size_t i = 0; i < request_hash_size; i++)
-    {
-        int high = hex_digit_value(str[2 * i]);
-        int low = hex_digit_value(str[2 * i + 1]);
-        if (high < 0 || low < 0)
-            return false;
-        hash->bytes[i] = static_cast<uint8_t>(high << 4 | low);
-    }
-    return true;
-}
 
 // The message quotes the bad value, but at most its first 64 bytes: a request
 // body written as request_hash('{...}') is read as hex input (a bare literal
@@ -144,28 +115,24 @@ Datum hash_varlena(const struct varlena *value)
     return hash_bytes(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
 }
 
-// Lengths are 8 bytes, most significant first, so that concatenated fields
-// cannot be re-split: ('ab','c') and ('a','bc') frame differently.
-void append_uint64_be(StringInfo out, uint64 value)
+void append_to_string_info(void *context, const void *data, size_t size)
 {
-    uint64 big_endian = pg_hton64(value);
-    appendBinaryStringInfo(out, reinterpret_cast<const char *>(&big_endian), sizeof big_endian);
+    appendBinaryStringInfo(static_cast<StringInfo>(context), static_cast<const char *>(data),
+                           static_cast<int>(size));
 }
 
-void append_length_prefixed(StringInfo out, const char *data, size_t size)
+// Encoded bytes collect in `out`, which grows in the current memory context.
+canonical::ByteSink string_info_sink(StringInfo out)
 {
-    append_uint64_be(out, size);
-    appendBinaryStringInfo(out, data, static_cast<int>(size));
+    return canonical::ByteSink{out, append_to_string_info};
 }
-
-// No part can be this long, so a NULL part differs from every text, '' included.
-constexpr uint64 null_part_marker = UINT64_MAX;
 
 // Frames each part of a VARIADIC text[].  Only one dimension is accepted:
 // flattening would hash '{{a,b}}' like '{a,b}', and a caller who passes a
 // matrix has most likely made a mistake.  An empty array is zero parts.
 void append_framed_parts(StringInfo out, ArrayType *parts)
 {
+    canonical::ByteSink sink = string_info_sink(out);
     if (ARR_NDIM(parts) > 1)
         ereport(ERROR,
                 (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -180,58 +147,37 @@ void append_framed_parts(StringInfo out, ArrayType *parts)
     {
         if (nulls[i])
         {
-            append_uint64_be(out, null_part_marker);
+            canonical::append_null_part(sink);
             continue;
         }
         const text *part = DatumGetTextPP(elements[i]);
-        append_length_prefixed(out, VARDATA_ANY(part), VARSIZE_ANY_EXHDR(part));
+        canonical::append_part(sink, VARDATA_ANY(part), VARSIZE_ANY_EXHDR(part));
     }
 }
 
-// Canonical encoding of a jsonb document.  Documents that jsonb's = finds
-// equal must encode alike, and unequal ones differently:
-//  * jsonb already sorts object keys, keeps the last of duplicate keys and
-//    stores no whitespace; its iterator yields keys in that sorted order;
-//  * numbers are equal when numerically equal (1 = 1.0 = 1e0) although their
-//    text differs, so they are encoded by numeric_normalize(), which drops
-//    insignificant zeros;
-//  * strings and keys are equal only byte for byte, so their bytes are used;
-//  * a top-level scalar ('1') is not equal to an array ('[1]'): jsonb stores
-//    it as a "raw scalar" pseudo-array, which gets its own opening tag;
-//  * every string and number is length-prefixed and every container closed,
-//    so the encoding of one document is never that of another.
-// The prefix names the format, so that a later one can be told apart from
-// hashes already stored; it includes its terminating NUL.
-constexpr char jsonb_encoding_v1[] = "idempotency.request_hash.jsonb.v1";
-constexpr char tag_raw_scalar = 'R';
-constexpr char tag_array = '[';
-constexpr char tag_object = '{';
-constexpr char tag_end = ')';
-constexpr char tag_null = 'n';
-constexpr char tag_true = 't';
-constexpr char tag_false = 'f';
-constexpr char tag_string = 's';
-constexpr char tag_number = 'd';
-
-void append_jsonb_scalar(StringInfo out, const JsonbValue *value)
+// The canonical encoding of a jsonb document (see canonical.hpp): jsonb's
+// iterator yields the items in order, and numbers are normalised here.
+void append_jsonb_scalar(canonical::ByteSink sink, const JsonbValue *value)
 {
     switch (value->type)
     {
         case jbvNull:
-            appendStringInfoChar(out, tag_null);
+            canonical::append_jsonb_item(sink, canonical::JsonbItem::null);
             return;
         case jbvBool:
-            appendStringInfoChar(out, value->val.boolean ? tag_true : tag_false);
+            canonical::append_jsonb_item(sink, value->val.boolean
+                                                   ? canonical::JsonbItem::true_value
+                                                   : canonical::JsonbItem::false_value);
             return;
         case jbvString:
-            appendStringInfoChar(out, tag_string);
-            append_length_prefixed(out, value->val.string.val, value->val.string.len);
+            canonical::append_jsonb_item(sink, canonical::JsonbItem::string, value->val.string.val,
+                                         value->val.string.len);
             return;
         case jbvNumeric:
         {
             const char *digits = numeric_normalize(value->val.numeric);
-            appendStringInfoChar(out, tag_number);
-            append_length_prefixed(out, digits, strlen(digits));
+            canonical::append_jsonb_item(sink, canonical::JsonbItem::number, digits,
+                                         strlen(digits));
             return;
         }
         default:
@@ -242,24 +188,26 @@ void append_jsonb_scalar(StringInfo out, const JsonbValue *value)
     }
 }
 
-void append_jsonb_token(StringInfo out, JsonbIteratorToken token, const JsonbValue *value)
+void append_jsonb_token(canonical::ByteSink sink, JsonbIteratorToken token, const JsonbValue *value)
 {
     switch (token)
     {
         case WJB_BEGIN_ARRAY:
-            appendStringInfoChar(out, value->val.array.rawScalar ? tag_raw_scalar : tag_array);
+            canonical::append_jsonb_item(sink, value->val.array.rawScalar
+                                                   ? canonical::JsonbItem::begin_raw_scalar
+                                                   : canonical::JsonbItem::begin_array);
             break;
         case WJB_BEGIN_OBJECT:
-            appendStringInfoChar(out, tag_object);
+            canonical::append_jsonb_item(sink, canonical::JsonbItem::begin_object);
             break;
         case WJB_END_ARRAY:
         case WJB_END_OBJECT:
-            appendStringInfoChar(out, tag_end);
+            canonical::append_jsonb_item(sink, canonical::JsonbItem::end);
             break;
         case WJB_KEY:
         case WJB_VALUE:
         case WJB_ELEM:
-            append_jsonb_scalar(out, value);
+            append_jsonb_scalar(sink, value);
             break;
         case WJB_DONE:
             break; // the top-level container's end tag already closed the document
@@ -268,14 +216,15 @@ void append_jsonb_token(StringInfo out, JsonbIteratorToken token, const JsonbVal
 
 void append_jsonb_encoding(StringInfo out, Jsonb *document)
 {
-    appendBinaryStringInfo(out, jsonb_encoding_v1, sizeof jsonb_encoding_v1);
+    canonical::ByteSink sink = string_info_sink(out);
+    canonical::append_jsonb_header(sink);
     JsonbIterator *iterator = JsonbIteratorInit(&document->root);
     JsonbValue value;
     JsonbIteratorToken token;
     do
     {
         token = JsonbIteratorNext(&iterator, &value, false);
-        append_jsonb_token(out, token, &value);
+        append_jsonb_token(sink, token, &value);
     } while (token != WJB_DONE);
 }
 
@@ -300,7 +249,7 @@ IDEMPOTENCY_FUNCTION(request_hash_in)
 {
     const char *str = PG_GETARG_CSTRING(0);
     RequestHash *hash = palloc_request_hash();
-    if (!parse_hex(str, hash))
+    if (!canonical::parse_hex(str, hash->bytes))
         report_invalid_hex(str);
     PG_RETURN_POINTER(hash);
 }

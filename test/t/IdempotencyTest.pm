@@ -275,12 +275,16 @@ sub wait_for_promotion
 # Every stored key, one row's text per line in (scope, key) order: scope, key,
 # request hash, timestamps (to the microsecond), ttl, status, attempt, lease,
 # response and recovery point. Two databases with equal texts hold the same
-# keys in the same states.
+# keys in the same states. With scopes => [...] only the keys of those scopes.
 sub keys_text
 {
-	my ($node, $db) = @_;
+	my ($node, $db, %params) = @_;
+	my $where =
+	  $params{scopes}
+	  ? 'WHERE scope IN (' . join(', ', map { quote($_) } @{ $params{scopes} }) . ')'
+	  : '';
 	return $node->safe_psql($db,
-		q{SELECT k::text FROM idempotency.keys AS k ORDER BY scope, key});
+		"SELECT k::text FROM idempotency.keys AS k $where ORDER BY scope, key");
 }
 
 1;

@@ -1,0 +1,112 @@
+#include "canonical.hpp"
+
+#include <cstring>
+
+namespace idempotency::canonical
+{
+
+namespace
+{
+
+int hex_digit_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+void append_byte(ByteSink sink, char byte)
+{
+    sink.append(sink.context, &byte, 1);
+}
+
+void append_length(ByteSink sink, uint64_t length)
+{
+    uint8_t big_endian[length_size];
+    for (size_t i = 0; i < length_size; i++)
+        big_endian[i] = static_cast<uint8_t>(length >> (8 * (length_size - 1 - i)));
+    sink.append(sink.context, big_endian, length_size);
+}
+
+char tag_of(JsonbItem item)
+{
+    switch (item)
+    {
+        case JsonbItem::begin_raw_scalar:
+            return tag_raw_scalar;
+        case JsonbItem::begin_array:
+            return tag_array;
+        case JsonbItem::begin_object:
+            return tag_object;
+        case JsonbItem::end:
+            return tag_end;
+        case JsonbItem::null:
+            return tag_null;
+        case JsonbItem::true_value:
+            return tag_true;
+        case JsonbItem::false_value:
+            return tag_false;
+        case JsonbItem::string:
+            return tag_string;
+        case JsonbItem::number:
+            return tag_number;
+    }
+    return tag_null; // not reached: the switch names every item
+}
+
+} // namespace
+
+bool parse_hex(const char *text, uint8_t (&digest)[digest_size]) noexcept
+{
+    if (strnlen(text, hex_length + 1) != hex_length)
+        return false;
+    for (size_t i = 0; i < digest_size; i++)
+    {
+        int high = hex_digit_value(text[2 * i]);
+        int low = hex_digit_value(text[2 * i + 1]);
+        if (high < 0 || low < 0)
+            return false;
+        digest[i] = static_cast<uint8_t>(high << 4 | low);
+    }
+    return true;
+}
+
+void format_hex(const uint8_t (&digest)[digest_size], char (&text)[hex_length + 1]) noexcept
+{
+    static constexpr char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < digest_size; i++)
+    {
+        text[2 * i] = digits[digest[i] >> 4];
+        text[2 * i + 1] = digits[digest[i] & 0x0F];
+    }
+    text[hex_length] = '\0';
+}
+
+void append_part(ByteSink sink, const void *data, size_t size)
+{
+    append_length(sink, size);
+    sink.append(sink.context, data, size);
+}
+
+void append_null_part(ByteSink sink)
+{
+    append_length(sink, null_part_marker);
+}
+
+void append_jsonb_header(ByteSink sink)
+{
+    sink.append(sink.context, jsonb_encoding_v1, sizeof jsonb_encoding_v1);
+}
+
+void append_jsonb_item(ByteSink sink, JsonbItem item, const void *bytes, size_t size)
+{
+    append_byte(sink, tag_of(item));
+    if (item == JsonbItem::string || item == JsonbItem::number)
+        append_part(sink, bytes, size);
+}
+
+} // namespace idempotency::canonical

@@ -1,0 +1,169 @@
+# No response body, header or recovery point ever reaches an error message or
+# the server log.  Every error path of the API is hit with a distinctive marker
+# inside the body, the headers and the recovery point, under the default log
+# settings of a test node (which log every statement, and the statement of
+# every error); then neither the messages the client got nor the server log
+# may contain the marker.
+#
+# A client that writes a body into its SQL text has it logged by PostgreSQL
+# itself (log_statement, and the STATEMENT line of an error), whatever the
+# extension does; applications pass bodies as bind parameters.  psql 15
+# cannot bind, so here the values are built on the server from hex, and the
+# statements only refer to them: no statement text contains the marker.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_node('logs', conf => ["idempotency.expire_interval = '100ms'"]);
+my $db = 'postgres';
+
+sub query { return $node->safe_psql($db, shift); }
+
+# Random, so that nothing else in the log can contain it by chance.
+my $marker = sprintf('BODY-MARKER-%08x%08x', int(rand(2**32)), int(rand(2**32)));
+
+# SQL that yields $text without spelling it out.
+sub hidden
+{
+	my ($text) = @_;
+	return sprintf(q{convert_from(decode('%s', 'hex'), 'UTF8')}, unpack('H*', $text));
+}
+
+my $secret = hidden($marker);
+query(qq{
+	CREATE EXTENSION idempotency;
+	CREATE ROLE outsider LOGIN;
+	CREATE TABLE payload AS SELECT
+	    jsonb_build_object('card', $secret, 'pad', repeat('x', 100)) AS body,
+	    jsonb_build_object('Set-Cookie', $secret) AS headers,
+	    'charged with ' || $secret AS point,
+	    jsonb_build_object('card', $secret, 'pad', repeat('x', 2000000)) AS big_body,
+	    repeat('0', 100) || $secret AS hex_input;
+	GRANT SELECT ON payload TO outsider;
+});
+
+# The payload's columns, as SQL.
+my $body = '(SELECT body FROM payload)';
+my $headers = '(SELECT headers FROM payload)';
+my $point = '(SELECT point FROM payload)';
+
+# Keys in each state: completed with the payload, held (a committed claim
+# with a running lease and a recovery point), and expired with the payload.
+query(qq{
+	SELECT idempotency_begin('s', 'done', request_hash('r'::text));
+	SELECT idempotency_complete('s', 'done', 200, $body, $headers);
+	SELECT idempotency_begin('s', 'held', request_hash('r'::text), lease => '1 hour');
+	SELECT idempotency_checkpoint('s', 'held', $point);
+});
+is(query(qq{SELECT count(*) FROM idempotency.keys
+	WHERE strpos(response_body::text || response_headers::text, $secret) > 0
+	   OR strpos(recovery_point, $secret) > 0}),
+	'2', 'the stored responses and recovery points carry the marker');
+
+# Runs $sql (as $role when given), which must fail with $sqlstate; the
+# client's message, detail, hint and context must not show the marker.
+sub error_path
+{
+	my ($sqlstate, $sql, $what, $role) = @_;
+	$sql = "SET ROLE $role; $sql" if $role;
+	my ($got, $stderr) = sql_error($node, $db, $sql);
+	is($got, $sqlstate, "$what: $sqlstate") or diag $stderr;
+	unlike($stderr, qr/\Q$marker\E/, "$what: the client's message does not show the marker");
+	return;
+}
+
+# ---------------------------------------------------------------------------
+# Every error of idempotency_complete and idempotency_checkpoint, each given
+# the payload
+# ---------------------------------------------------------------------------
+my $complete = "idempotency_complete('s', %s, %s, $body, $headers%s)";
+sub complete_sql
+{
+	my ($key, $status, $extra) = @_;
+	return 'SELECT ' . sprintf($complete, $key, $status, $extra // '');
+}
+my $checkpoint = "idempotency_checkpoint('s', %s, $point%s)";
+sub checkpoint_sql
+{
+	my ($key, $extra) = @_;
+	return 'SELECT ' . sprintf($checkpoint, $key, $extra // '');
+}
+
+error_path('22004', complete_sql('NULL', 200), 'complete without a key');
+error_path('22023', complete_sql(q{'held'}, 99), 'complete with an invalid status');
+error_path('22001', complete_sql(q{repeat('k', 300)}, 200), 'complete with an over-long key');
+error_path('54000', "SELECT idempotency_complete('s', 'held', 200, (SELECT big_body FROM payload))",
+	'complete with a response over max_response_bytes');
+error_path('IK001', complete_sql(q{'nobody'}, 200), 'complete of an unclaimed key');
+error_path('IK002', complete_sql(q{'done'}, 200), 'complete of a completed key');
+error_path('IK003', complete_sql(q{'held'}, 200, ', attempt => 7'), 'complete with a stale attempt');
+error_path('25006', 'SET default_transaction_read_only = on; ' . complete_sql(q{'held'}, 200),
+	'complete in a read-only transaction');
+error_path('IK000', q{SET idempotency.inject_fault = 'exception'; } . complete_sql(q{'held'}, 200),
+	'complete when C++ throws');
+error_path('42501', complete_sql(q{'held'}, 200), 'complete without the privilege', 'outsider');
+
+error_path('54000', "SELECT idempotency_checkpoint('s', 'held', $point || repeat('x', 2000000))",
+	'checkpoint with a recovery point over max_response_bytes');
+error_path('22023', checkpoint_sql(q{'held'}, q{, lease => '-1 hour'}), 'checkpoint with an invalid lease');
+error_path('IK001', checkpoint_sql(q{'nobody'}), 'checkpoint of an unclaimed key');
+error_path('IK002', checkpoint_sql(q{'done'}), 'checkpoint of a completed key');
+error_path('IK003', checkpoint_sql(q{'held'}, ', attempt => 7'), 'checkpoint with a stale attempt');
+
+# A body mistaken for a request_hash literal: the message quotes only the
+# first 64 bytes of the input, and the marker comes after them.
+error_path('22P02', 'SELECT (SELECT hex_input FROM payload)::request_hash',
+	'a long text read as a request_hash');
+
+# A retry that waits for an uncommitted completion carrying the payload and
+# runs out of time.
+{
+	my $holder = $node->background_psql($db);
+	$holder->query_safe('BEGIN');
+	$holder->query_safe(q{SELECT idempotency_begin('s', 'pending', request_hash('r'::text))});
+	$holder->query_safe(complete_sql(q{'pending'}, 201));
+	error_path('57014',
+		q{SET statement_timeout = '300ms';
+		  SELECT idempotency_begin('s', 'pending', request_hash('r'::text), wait => '10s')},
+		'a retry waiting on an uncommitted completion times out');
+	$holder->query_safe('ROLLBACK');
+	$holder->quit;
+}
+
+# ---------------------------------------------------------------------------
+# The expiry worker failing on expired keys that carry the payload
+# ---------------------------------------------------------------------------
+query(qq{
+	INSERT INTO idempotency.keys (scope, key, request, created_at, ttl, expires_at, status,
+	    attempt, completed_at, response_status, recovery_point, response_body, response_headers)
+	SELECT 'old', 'k' || g, request_hash(g::text), now() - interval '2 days', interval '1 day',
+	       now() - interval '1 day', 'c', 1, now() - interval '2 days', 200, $point, $body, $headers
+	  FROM generate_series(1, 100) AS g;
+	ALTER INDEX idempotency.keys_expires_at_idx RENAME TO hidden_idx});
+ok($node->poll_query_until($db, q{SELECT last_error IS NOT NULL FROM idempotency_stats()}),
+	'the sweep fails while the expired keys carry the payload');
+query('ALTER INDEX idempotency.hidden_idx RENAME TO keys_expires_at_idx');
+ok($node->poll_query_until($db, q{SELECT count(*) = 0 FROM idempotency.keys WHERE scope = 'old'}),
+	'once repaired, the sweep deletes them');
+
+# ---------------------------------------------------------------------------
+# The log
+# ---------------------------------------------------------------------------
+
+# A control: a marker that is logged on purpose is found, so a zero count
+# below means something.
+my $control = "$marker-control";
+query(sprintf(q{DO $$ BEGIN RAISE LOG '%%', %s; END $$}, hidden($control)));
+$node->stop;
+my $log = slurp_file($node->logfile);
+like($log, qr/\Q$control\E/, 'a marker logged on purpose is found in the log');
+$log =~ s/\Q$control\E//g;
+my $leaks = () = $log =~ /\Q$marker\E/g;
+is($leaks, 0, 'the server log never contains a response body, header or recovery point');
+
+done_testing();
