@@ -18,11 +18,15 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-my $backlog = 200_000;
+# Large enough that the sweep (some 250,000 keys a second) takes seconds.
+my $backlog = 1_000_000;
 # Cluster.pm turns restart_after_crash off; a killed sweeper must make the
 # postmaster reinitialise and run crash recovery, as in production.
 my $node = new_node('sweep',
-	conf => [ 'restart_after_crash = on', "idempotency.expire_interval = '100ms'" ]);
+	conf => [
+		'restart_after_crash = on', "idempotency.expire_interval = '100ms'",
+		'idempotency.expire_batch_size = 2000'
+	]);
 my $db = 'postgres';
 
 sub query { return $node->safe_psql($db, shift); }
