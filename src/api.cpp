@@ -562,6 +562,18 @@ int64 argument_bytes(FunctionCallInfo fcinfo, int n)
     return PG_ARGISNULL(n) ? 0 : int64(toast_raw_datum_size(PG_GETARG_DATUM(n)));
 }
 
+// What a key stores beyond its claim -- response, recovery point -- is
+// limited by idempotency.max_response_bytes.
+void check_stored_size(int64 bytes, const char *what, const KeyArgs &key)
+{
+    if (bytes > settings::max_response_bytes)
+        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                        errmsg("%s of idempotency key \"%s\" is too large (%lld bytes)", what,
+                               key_for_message(key.key), (long long)bytes),
+                        errdetail("idempotency.max_response_bytes is %d bytes.",
+                                  settings::max_response_bytes)));
+}
+
 void set_optional(Record &record, store::Column column, FunctionCallInfo fcinfo, int n)
 {
     if (PG_ARGISNULL(n))
@@ -598,13 +610,7 @@ IDEMPOTENCY_FUNCTION(idempotency_complete)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("invalid response_status %d", status),
                         errdetail("An HTTP status code is between 100 and 599.")));
-    int64 size = argument_bytes(fcinfo, 3) + argument_bytes(fcinfo, 4);
-    if (size > settings::max_response_bytes)
-        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                        errmsg("response of idempotency key \"%s\" is too large (%lld bytes)",
-                               key_for_message(key.key), (long long)size),
-                        errdetail("idempotency.max_response_bytes is %d bytes.",
-                                  settings::max_response_bytes)));
+    check_stored_size(argument_bytes(fcinfo, 3) + argument_bytes(fcinfo, 4), "response", key);
     int32 attempt = 0;
     bool has_attempt = optional_int_arg(fcinfo, 5, &attempt);
     require_writable("idempotency_complete");
@@ -640,13 +646,7 @@ IDEMPOTENCY_FUNCTION(idempotency_complete)
 IDEMPOTENCY_FUNCTION(idempotency_checkpoint)
 {
     KeyArgs key = key_args(fcinfo);
-    int64 recovery_point_bytes = argument_bytes(fcinfo, 2);
-    if (recovery_point_bytes > settings::max_response_bytes)
-        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                        errmsg("recovery_point of idempotency key \"%s\" is too large (%lld bytes)",
-                               key_for_message(key.key), (long long)recovery_point_bytes),
-                        errdetail("idempotency.max_response_bytes is %d bytes.",
-                                  settings::max_response_bytes)));
+    check_stored_size(argument_bytes(fcinfo, 2), "recovery_point", key);
     Interval *lease = lease_arg(fcinfo, 3);
     int32 attempt = 0;
     bool has_attempt = optional_int_arg(fcinfo, 4, &attempt);
