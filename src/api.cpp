@@ -322,12 +322,20 @@ void fill_claim(Record &record, const BeginArgs &args, KeyState state, Timestamp
 constexpr int busy_rereads = 5;
 constexpr long busy_reread_pause_us = 100;
 
+// What the key holds now, and what that means for this caller.
+KeyState observe(Relations &rels, const BeginArgs &args, Record &record, TimestampTz &now)
+{
+    now = GetCurrentTimestamp();
+    record = store::read_latest(rels, args.key.scope, args.key.key);
+    return classify(record, idempotency::datum_get_request_hash(args.request), now);
+}
+
 // One attempt, without waiting for a holder.
 BeginAnswer begin_once(Relations &rels, const BeginArgs &args)
 {
-    TimestampTz now = GetCurrentTimestamp();
-    Record record = store::read_latest(rels, args.key.scope, args.key.key);
-    KeyState state = classify(record, idempotency::datum_get_request_hash(args.request), now);
+    TimestampTz now;
+    Record record;
+    KeyState state = observe(rels, args, record, now);
     if (!needs_claim(state))
         return answer_without_claim(state, record, now); // replays take no lock and write nothing
 
@@ -337,9 +345,7 @@ BeginAnswer begin_once(Relations &rels, const BeginArgs &args)
             return held_by_transaction(record);
         pg_usleep(busy_reread_pause_us);
         CHECK_FOR_INTERRUPTS();
-        now = GetCurrentTimestamp();
-        record = store::read_latest(rels, args.key.scope, args.key.key);
-        state = classify(record, idempotency::datum_get_request_hash(args.request), now);
+        state = observe(rels, args, record, now);
         if (!needs_claim(state))
             return answer_without_claim(state, record, now);
     }
@@ -349,9 +355,7 @@ BeginAnswer begin_once(Relations &rels, const BeginArgs &args)
     BeginAnswer result;
     for (;;)
     {
-        now = GetCurrentTimestamp();
-        record = store::read_latest(rels, args.key.scope, args.key.key);
-        state = classify(record, idempotency::datum_get_request_hash(args.request), now);
+        state = observe(rels, args, record, now);
         if (!needs_claim(state))
         {
             result = answer_without_claim(state, record, now);
