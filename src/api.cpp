@@ -525,7 +525,7 @@ Record held_claim(Relations &rels, const KeyArgs &key, bool has_attempt, int32 a
     for (;;)
     {
         store::lock_key(key.scope, key.key, true);
-        record = store::read_latest(rels, key.scope, key.key);
+        record = store::read_own_claim(rels, key.scope, key.key);
         if (!record.found || record.writer != Writer::other)
             break;
         store::unlock_key(key.scope, key.key);

@@ -162,17 +162,45 @@ static void decode_version(TupleTableSlot *slot, Record &record)
     record.found = true;
 }
 
+static Record not_found()
+{
+    Record record;
+    record.found = false;
+    record.writer = Writer::committed;
+    record.writer_xid = InvalidTransactionId;
+    return record;
+}
+
+// Decodes the version in `slot`, which satisfied the dirty `snapshot`, unless
+// another transaction is replacing or deleting it (then false).
+// HeapTupleSatisfiesDirty left that transaction in snapshot->xmax, and the
+// inserter still in progress, if any, in snapshot->xmin.
+static bool decode_newest(TupleTableSlot *slot, Snapshot snapshot, Record &record)
+{
+    if (TransactionIdIsValid(snapshot->xmax))
+        return false;
+    decode_version(slot, record);
+    if (TransactionIdIsValid(snapshot->xmin))
+    {
+        record.writer = Writer::other;
+        record.writer_xid = snapshot->xmin;
+        return true;
+    }
+    bool should_free;
+    HeapTuple tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
+    record.writer = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data))
+                        ? Writer::self
+                        : Writer::committed;
+    return true;
+}
+
 // Scans the primary key for (scope, key).  With a dirty snapshot an index scan
 // returns every version that is committed-live or touched by a transaction in
 // progress (including each member of a HOT chain); the newest is the one no
 // other transaction is deleting or replacing.
 static Record scan_key(const Relations &rels, Datum scope, Datum key, Snapshot snapshot)
 {
-    Record record;
-    record.found = false;
-    record.writer = Writer::committed;
-    record.writer_xid = InvalidTransactionId;
-
+    Record record = not_found();
     ScanKeyData keys[2];
     // ScanKeyInit compares with the "C" collation, which the key columns use.
     ScanKeyInit(&keys[0], col_scope + 1, BTEqualStrategyNumber, F_TEXTEQ, scope);
@@ -189,25 +217,8 @@ static Record scan_key(const Relations &rels, Datum scope, Datum key, Snapshot s
             decode_version(slot, record);
             break;
         }
-        // HeapTupleSatisfiesDirty left the in-progress inserter and deleter
-        // of the version just returned in the snapshot.
-        if (TransactionIdIsValid(snapshot->xmax))
-            continue; // being replaced or deleted by another transaction
-        decode_version(slot, record);
-        if (TransactionIdIsValid(snapshot->xmin))
-        {
-            record.writer = Writer::other;
-            record.writer_xid = snapshot->xmin;
-        }
-        else
-        {
-            bool should_free;
-            HeapTuple tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
-            record.writer = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data))
-                                ? Writer::self
-                                : Writer::committed;
-        }
-        break;
+        if (decode_newest(slot, snapshot, record))
+            break;
     }
     ExecDropSingleTupleTableSlot(slot);
     index_endscan(scan);
@@ -224,6 +235,63 @@ Record read_latest(const Relations &rels, Datum scope, Datum key)
 Record read_visible(const Relations &rels, Datum scope, Datum key, Snapshot snapshot)
 {
     return scan_key(rels, scope, key, snapshot);
+}
+
+// The version this backend wrote last, and in which transaction.  complete,
+// checkpoint and release nearly always follow the caller's own begin in the
+// same transaction; fetching that version by its address saves them an index
+// scan.  Nothing else can have replaced it meanwhile without the check in
+// read_own_claim noticing, and within the transaction that wrote it the
+// version cannot be pruned away while still live, nor the table truncated
+// (that needs a lock conflicting with ours).
+struct LastWrite
+{
+    Oid heap;
+    LocalTransactionId lxid;
+    ItemPointerData tid;
+};
+static LastWrite last_write = {InvalidOid, InvalidLocalTransactionId, {}};
+
+static LocalTransactionId current_lxid()
+{
+#if PG_VERSION_NUM >= 170000
+    return MyProc->vxid.lxid;
+#else
+    return MyProc->lxid;
+#endif
+}
+
+static void remember_write(const Relations &rels, const ItemPointerData &tid)
+{
+    last_write = {RelationGetRelid(rels.heap), current_lxid(), tid};
+}
+
+static bool same_text(Datum a, Datum b)
+{
+    const text *x = DatumGetTextPP(a);
+    const text *y = DatumGetTextPP(b);
+    return VARSIZE_ANY_EXHDR(x) == VARSIZE_ANY_EXHDR(y) &&
+           memcmp(VARDATA_ANY(x), VARDATA_ANY(y), VARSIZE_ANY_EXHDR(x)) == 0;
+}
+
+Record read_own_claim(const Relations &rels, Datum scope, Datum key)
+{
+    if (last_write.heap == RelationGetRelid(rels.heap) && last_write.lxid == current_lxid())
+    {
+        SnapshotData dirty;
+        InitDirtySnapshot(dirty);
+        TupleTableSlot *slot = table_slot_create(rels.heap, nullptr);
+        Record record = not_found();
+        ItemPointerData tid = last_write.tid;
+        bool hit = table_tuple_fetch_row_version(rels.heap, &tid, &dirty, slot) &&
+                   decode_newest(slot, &dirty, record) && record.writer == Writer::self &&
+                   same_text(record.values[col_scope], scope) &&
+                   same_text(record.values[col_key], key);
+        ExecDropSingleTupleTableSlot(slot);
+        if (hit)
+            return record;
+    }
+    return read_latest(rels, scope, key);
 }
 
 static void insert_index_entry(Relation index, Relation heap, Datum *values, ItemPointer tid,
@@ -254,6 +322,7 @@ void insert_record(Relations &rels, Record &record)
     record.tid = tuple->t_self;
     record.found = true;
     record.writer = Writer::self;
+    remember_write(rels, record.tid);
     // Lets a later call in the same statement update the row we just wrote.
     CommandCounterIncrement();
 }
@@ -279,6 +348,7 @@ TM_Result update_record(Relations &rels, Record &record)
         insert_index_entries(rels, tuple, record, true);
     record.tid = tuple->t_self;
     record.writer = Writer::self;
+    remember_write(rels, record.tid);
     CommandCounterIncrement();
     return TM_Ok;
 }

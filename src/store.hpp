@@ -127,6 +127,10 @@ void close_relations(const Relations &rels);
 
 // The newest version of (scope, key), seen through a dirty snapshot.
 Record read_latest(const Relations &rels, Datum scope, Datum key);
+// read_latest for a caller that expects its own transaction's claim, which
+// this backend usually wrote last: that version is fetched by its address
+// first, without an index scan.
+Record read_own_claim(const Relations &rels, Datum scope, Datum key);
 // The version of (scope, key) visible to an MVCC snapshot.
 Record read_visible(const Relations &rels, Datum scope, Datum key, Snapshot snapshot);
 

@@ -12,7 +12,6 @@ SELECT (outcome = 'claimed')::integer AS claimed
 \if :claimed
 INSERT INTO orders (idem_key, item, qty) VALUES (bench_hot_key(:run, :k), 'book', 1);
 SELECT 1 AS completed
-  FROM idempotency_complete('bench', bench_hot_key(:run, :k), 201, '{"order": "created"}') AS stored
- WHERE stored \gset
+ WHERE idempotency_complete('bench', bench_hot_key(:run, :k), 201, '{"order": "created"}') \gset
 \endif
 COMMIT;

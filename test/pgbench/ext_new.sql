@@ -9,6 +9,5 @@ SELECT 1 AS claimed
  WHERE outcome = 'claimed' \gset
 INSERT INTO orders (idem_key, item, qty) VALUES (bench_fresh_key(:hi, :lo), 'book', 1);
 SELECT 1 AS completed
-  FROM idempotency_complete('bench', bench_fresh_key(:hi, :lo), 201, '{"order": "created"}') AS stored
- WHERE stored \gset
+ WHERE idempotency_complete('bench', bench_fresh_key(:hi, :lo), 201, '{"order": "created"}') \gset
 COMMIT;

@@ -8,5 +8,4 @@ SELECT 1 AS claimed
   FROM idempotency_begin('bench', bench_fresh_key(:hi, :lo), request_hash(bench_request()), lease => '1 minute')
  WHERE outcome = 'claimed' \gset
 SELECT 1 AS completed
-  FROM idempotency_complete('bench', bench_fresh_key(:hi, :lo), 201, '{"order": "created"}') AS stored
- WHERE stored \gset
+ WHERE idempotency_complete('bench', bench_fresh_key(:hi, :lo), 201, '{"order": "created"}') \gset

@@ -106,18 +106,23 @@ $$;
 
 -- The extension's new request in one round trip: begin, the business INSERT
 -- and complete in one function call.  Same contract as plain_new_request.
+-- The calls are PL/pgSQL assignments, as the README recommends: PL/pgSQL
+-- evaluates them as simple expressions, without starting an executor for
+-- each statement.
 CREATE FUNCTION ext_new_request(p_key text, p_request request_hash) RETURNS text
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    answer idempotency_outcome;
+    answer idempotency_begin_result;
 BEGIN
-    SELECT outcome INTO answer FROM idempotency_begin('bench', p_key, p_request);
-    IF answer <> 'claimed' THEN
-        RETURN answer::text;
+    answer := idempotency_begin('bench', p_key, p_request);
+    IF answer.outcome <> 'claimed' THEN
+        RETURN answer.outcome::text;
     END IF;
     INSERT INTO orders (idem_key, item, qty) VALUES (p_key, 'book', 1);
-    PERFORM idempotency_complete('bench', p_key, 201, '{"order": "created"}');
+    IF NOT idempotency_complete('bench', p_key, 201, '{"order": "created"}') THEN
+        RETURN 'not stored';
+    END IF;
     RETURN 'created';
 END
 $$;
