@@ -40,6 +40,32 @@ ROLLBACK;
 SELECT count(*) FROM idempotency.keys WHERE key IN ('key-2', 'key-3');
 SELECT * FROM idempotency_lookup('shop', 'key-2');
 
+-- Savepoints.  A claim rolled back to a savepoint is gone, so complete finds
+-- nothing to complete; a claim in a released savepoint belongs to the
+-- transaction, and complete finds it even after another savepoint rolled
+-- back.  Completing several claims in any order finds each one.
+BEGIN;
+SAVEPOINT a;
+SELECT outcome FROM idempotency_begin('sp', 'undone', request_hash('r'::text));
+ROLLBACK TO SAVEPOINT a;
+SAVEPOINT b;
+SELECT idempotency_complete('sp', 'undone', 200);
+ROLLBACK TO SAVEPOINT b;
+SAVEPOINT c;
+SELECT outcome FROM idempotency_begin('sp', 'kept', request_hash('r'::text));
+RELEASE SAVEPOINT c;
+SAVEPOINT d;
+SELECT 1 / 0;
+ROLLBACK TO SAVEPOINT d;
+SELECT idempotency_complete('sp', 'kept', 201, '{"kept": true}');
+SELECT outcome FROM idempotency_begin('sp', 'first', request_hash('r'::text));
+SELECT outcome FROM idempotency_begin('sp', 'second', request_hash('r'::text));
+SELECT idempotency_complete('sp', 'first', 201, '{"n": 1}');
+SELECT idempotency_complete('sp', 'second', 201, '{"n": 2}');
+COMMIT;
+SELECT k.key, l.status, l.response_body FROM idempotency.keys k, idempotency_lookup('sp', k.key) l
+ WHERE scope = 'sp' ORDER BY key;
+
 -- lookup shows the record as the snapshot sees it.
 SELECT status, request = request_hash('{"item": "book"}'::jsonb) AS same_request, attempt,
        response_status, response_body, response_headers, recovery_point,

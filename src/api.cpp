@@ -515,22 +515,34 @@ Datum begin_result(FunctionCallInfo fcinfo, const BeginAnswer &result)
 // Writes by the holder: complete, checkpoint, release
 // ---------------------------------------------------------------------------
 
-// Takes the key lock and returns the caller's in-progress claim, or raises
-// the documented error.  Another transaction's uncommitted change is waited
-// for first, as an UPDATE waits for a concurrent one.  The caller writes with
-// write_claim, which lets the lock go.
-Record held_claim(Relations &rels, const KeyArgs &key, bool has_attempt, int32 attempt)
+// The caller's in-progress claim, about to be written by write_claim.
+struct HeldClaim
 {
     Record record;
-    for (;;)
+    bool locked; // holds the key lock, which write_claim lets go
+};
+
+// Returns the caller's in-progress claim, or raises the documented error.
+// The caller's own uncommitted claim needs no key lock: every other writer
+// sees it as in progress and keeps off until this transaction ends.  A
+// committed claim (begin and complete in separate transactions) is read again
+// under the key lock, after waiting for another transaction's uncommitted
+// change, as an UPDATE waits for a concurrent one.
+HeldClaim held_claim(Relations &rels, const KeyArgs &key, bool has_attempt, int32 attempt)
+{
+    HeldClaim claim;
+    claim.record = store::read_own_claim(rels, key.scope, key.key);
+    claim.locked = !(claim.record.found && claim.record.writer == Writer::self);
+    while (claim.locked)
     {
         store::lock_key(key.scope, key.key, true);
-        record = store::read_own_claim(rels, key.scope, key.key);
-        if (!record.found || record.writer != Writer::other)
+        claim.record = store::read_latest(rels, key.scope, key.key);
+        if (!claim.record.found || claim.record.writer != Writer::other)
             break;
         store::unlock_key(key.scope, key.key);
-        store::wait_for_transaction(record.writer_xid);
+        store::wait_for_transaction(claim.record.writer_xid);
     }
+    const Record &record = claim.record;
     if (!record.found || (record.writer == Writer::committed && record.expired(GetCurrentTimestamp())))
         ereport(ERROR, (errcode(errcode_key_not_claimed),
                         errmsg("idempotency key \"%s\" is not claimed", key_for_message(key.key)),
@@ -547,13 +559,14 @@ Record held_claim(Relations &rels, const KeyArgs &key, bool has_attempt, int32 a
         ereport(ERROR,
                 (errcode(errcode_key_completed),
                  errmsg("idempotency key \"%s\" is already completed", key_for_message(key.key))));
-    return record;
+    return claim;
 }
 
-void write_claim(Relations &rels, const KeyArgs &key, Record &record)
+void write_claim(Relations &rels, const KeyArgs &key, HeldClaim &claim)
 {
-    TM_Result result = store::update_record(rels, record);
-    store::unlock_key(key.scope, key.key);
+    TM_Result result = store::update_record(rels, claim.record);
+    if (claim.locked)
+        store::unlock_key(key.scope, key.key);
     if (result != TM_Ok)
         ereport(ERROR, (errcode(errcode_key_not_claimed),
                         errmsg("idempotency key \"%s\" is not claimed", key_for_message(key.key)),
@@ -620,7 +633,8 @@ IDEMPOTENCY_FUNCTION(idempotency_complete)
     require_writable("idempotency_complete");
 
     Relations rels = store::open_relations(RowExclusiveLock);
-    Record record = held_claim(rels, key, has_attempt, attempt);
+    HeldClaim claim = held_claim(rels, key, has_attempt, attempt);
+    Record &record = claim.record;
     TimestampTz now = GetCurrentTimestamp();
     bool store_response = status < 500 || settings::store_server_errors;
     if (store_response)
@@ -640,7 +654,7 @@ IDEMPOTENCY_FUNCTION(idempotency_complete)
         // A server error is transient: drop the claim so that a retry runs again.
         record.set(store::col_lease_expires_at, TimestampTzGetDatum(now));
     }
-    write_claim(rels, key, record);
+    write_claim(rels, key, claim);
     store::close_relations(rels);
     idempotency::stats::add(store_response ? idempotency::stats::completes
                                            : idempotency::stats::server_errors_dropped);
@@ -657,13 +671,14 @@ IDEMPOTENCY_FUNCTION(idempotency_checkpoint)
     require_writable("idempotency_checkpoint");
 
     Relations rels = store::open_relations(RowExclusiveLock);
-    Record record = held_claim(rels, key, has_attempt, attempt);
+    HeldClaim claim = held_claim(rels, key, has_attempt, attempt);
+    Record &record = claim.record;
     TimestampTz lease_end = plus_interval(GetCurrentTimestamp(), lease);
     // A NULL recovery point is a plain heartbeat: the last one is kept.
     if (!PG_ARGISNULL(2))
         record.set(store::col_recovery_point, PG_GETARG_DATUM(2));
     record.set(store::col_lease_expires_at, TimestampTzGetDatum(lease_end));
-    write_claim(rels, key, record);
+    write_claim(rels, key, claim);
     store::close_relations(rels);
     idempotency::stats::add(idempotency::stats::checkpoints);
     PG_RETURN_TIMESTAMPTZ(lease_end);
@@ -677,9 +692,10 @@ IDEMPOTENCY_FUNCTION(idempotency_release)
     require_writable("idempotency_release");
 
     Relations rels = store::open_relations(RowExclusiveLock);
-    Record record = held_claim(rels, key, has_attempt, attempt);
+    HeldClaim claim = held_claim(rels, key, has_attempt, attempt);
+    Record &record = claim.record;
     record.set(store::col_lease_expires_at, TimestampTzGetDatum(GetCurrentTimestamp()));
-    write_claim(rels, key, record);
+    write_claim(rels, key, claim);
     store::close_relations(rels);
     idempotency::stats::add(idempotency::stats::releases);
     PG_RETURN_VOID();

@@ -16,6 +16,7 @@ extern "C"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
@@ -240,10 +241,12 @@ Record read_visible(const Relations &rels, Datum scope, Datum key, Snapshot snap
 // The version this backend wrote last, and in which transaction.  complete,
 // checkpoint and release nearly always follow the caller's own begin in the
 // same transaction; fetching that version by its address saves them an index
-// scan.  Nothing else can have replaced it meanwhile without the check in
-// read_own_claim noticing, and within the transaction that wrote it the
-// version cannot be pruned away while still live, nor the table truncated
-// (that needs a lock conflicting with ours).
+// scan.  read_own_claim checks that it is still the live version of the key,
+// written by this transaction.  The address stays valid while the
+// transaction lasts: the version cannot be pruned while live, and the table
+// cannot be truncated under the lock the writer took -- unless the writer was
+// a subtransaction that rolled back, which releases its locks, so any
+// rollback to a savepoint forgets the address.
 struct LastWrite
 {
     Oid heap;
@@ -261,8 +264,20 @@ static LocalTransactionId current_lxid()
 #endif
 }
 
+static void forget_last_write(SubXactEvent event, SubTransactionId, SubTransactionId, void *)
+{
+    if (event == SUBXACT_EVENT_ABORT_SUB)
+        last_write.heap = InvalidOid;
+}
+
 static void remember_write(const Relations &rels, const ItemPointerData &tid)
 {
+    static bool callback_registered = false;
+    if (!callback_registered)
+    {
+        RegisterSubXactCallback(forget_last_write, nullptr);
+        callback_registered = true;
+    }
     last_write = {RelationGetRelid(rels.heap), current_lxid(), tid};
 }
 
@@ -278,11 +293,18 @@ Record read_own_claim(const Relations &rels, Datum scope, Datum key)
 {
     if (last_write.heap == RelationGetRelid(rels.heap) && last_write.lxid == current_lxid())
     {
+        ItemPointerData tid = last_write.tid;
+        // Prune the page first, as an index scan would: completions leave a
+        // dead version behind, and pruning it on the page new claims go to
+        // keeps the table compact (without it, twice the size).
+        Buffer buffer = ReadBuffer(rels.heap, ItemPointerGetBlockNumber(&tid));
+        heap_page_prune_opt(rels.heap, buffer);
+        ReleaseBuffer(buffer);
+
         SnapshotData dirty;
         InitDirtySnapshot(dirty);
         TupleTableSlot *slot = table_slot_create(rels.heap, nullptr);
         Record record = not_found();
-        ItemPointerData tid = last_write.tid;
         bool hit = table_tuple_fetch_row_version(rels.heap, &tid, &dirty, slot) &&
                    decode_newest(slot, &dirty, record) && record.writer == Writer::self &&
                    same_text(record.values[col_scope], scope) &&

@@ -15,7 +15,9 @@
 //    in_progress or mismatch, or wait for its transaction (an ordinary lock
 //    wait on the transaction id).  So two callers never both claim, and a
 //    transaction holds at most one key lock at a time, however many keys it
-//    claims.  Callers that only read never take it.
+//    claims.  Callers that only read never take it, nor does a transaction
+//    that changes its own uncommitted claim (complete after begin): nobody
+//    else writes that version before the transaction ends.
 //  * The expiry sweep deletes without the key lock but never waits: a row some
 //    transaction is changing right now is skipped.  A writer that loses a race
 //    against a committed expiry sees TM_Deleted from update_record and reads
@@ -137,7 +139,7 @@ Record read_visible(const Relations &rels, Datum scope, Datum key, Snapshot snap
 // Writes `record` as a new row; the caller holds the key lock.
 void insert_record(Relations &rels, Record &record);
 // Replaces the version `record.tid` with `record`'s values; the caller holds
-// the key lock.  Returns TM_Ok, or TM_Deleted/TM_Updated when a concurrent
+// the key lock, or the version is its own transaction's.  Returns TM_Ok, or TM_Deleted/TM_Updated when a concurrent
 // expiry got there first (the caller reads again).
 TM_Result update_record(Relations &rels, Record &record);
 
