@@ -280,6 +280,13 @@ pgbench_problems() {
     return 0
 }
 
+# The arguments on one line, separated by "; ".
+semicolon_list() {
+    local line
+    line=$(printf '%s; ' "$@")
+    echo "${line%; }"
+}
+
 # A failed run is loud: which run (the first argument), its problems (the
 # rest), and the end of pgbench's output (the second, a file).
 report_failed_run() {
@@ -288,4 +295,22 @@ report_failed_run() {
     printf '\n!!! FAILED: %s: %s\n' "$what" "$*" >&2
     grep -v '^pgbench (' "$out" | tail -n 20 | sed 's/^/!!!   /' >&2
     printf '\n' >&2
+}
+
+# A benchmark runner counts failed runs in failures and sets finished=1 at
+# its end; finish_bench, its EXIT trap, stops the cluster, then exits non-zero
+# when either says so.
+failures=0
+finished=0
+
+finish_bench() {
+    local status=$?
+    trap - EXIT INT TERM
+    clean_up
+    if ((!finished)); then
+        echo "${0##*/}: stopped before the benchmark ran to its end (exit status $status)" >&2
+        exit $((status == 0 ? 1 : status))
+    fi
+    ((failures == 0)) || exit 1
+    exit 0
 }
