@@ -27,7 +27,7 @@ endif
 # After PGXS, so that its `all` stays the default goal.
 -include $(OBJS:.o=.d)
 
-.PHONY: test demo bench bench-expiry fuzz sanitize
+.PHONY: test demo bench bench-expiry bench-scale fuzz sanitize
 test:
 	bash test/run
 demo:
@@ -36,6 +36,8 @@ bench:
 	bash test/pgbench/run
 bench-expiry:
 	bash test/pgbench/expiry
+bench-scale:
+	bash test/pgbench/scale
 # Not part of `make test`: libFuzzer on the pure C++ byte formats of
 # request_hash (FUZZ_SECONDS per harness, default 20); see test/fuzz/run.
 fuzz:

@@ -1,8 +1,9 @@
 # shellcheck shell=bash
-# Shell functions shared by test/demo and test/pgbench/run: bring a machine
-# up (packages, build, install) and run a throwaway cluster as an unprivileged
-# user.  They follow test/run's steps (the same package check, PG_CONFIG
-# handling and cluster layout); test/run keeps its own copy for now.
+# Shell functions shared by test/demo and the benchmarks in test/pgbench: bring
+# a machine up (packages, build, install), run a throwaway cluster as an
+# unprivileged user, and run pgbench against it.  They follow test/run's steps
+# (the same package check, PG_CONFIG handling and cluster layout); test/run
+# keeps its own copy for now.
 #
 # Sets, as its functions run: pg_config bindir pkglibdir extensiondir
 # (locate_postgres), scratch server_user (make_scratch), cluster_data
@@ -198,4 +199,118 @@ clean_up() {
     elif [[ -n $scratch ]]; then
         rm -rf "$scratch"
     fi
+}
+
+# ---------------------------------------------------------------- benchmarks
+
+# Prints the first argument normally, the second in smoke mode (SMOKE=1).
+normal_or_smoke() {
+    if [[ ${SMOKE:-0} == 1 ]]; then echo "$2"; else echo "$1"; fi
+}
+
+# The command line as it was given: the settings among the named variables
+# that were set, then the command (the first argument).
+command_line() {
+    local command=$1 var words=()
+    shift
+    for var in "$@"; do
+        [[ -v $var ]] && words+=("$var=${!var@Q}")
+    done
+    echo "${words[*]} $command"
+}
+
+# The settings the benchmarks' clusters share, with shared_buffers as given.
+# Throwaway, so tuned for the benchmark, not for safety beyond what the
+# synchronous_commit = on runs must measure (fsync and full_page_writes stay on).
+bench_settings() {
+    local shared_buffers=$1
+    cat <<EOF
+
+# ${0##*/}: a 2-core, 24 GiB machine
+shared_preload_libraries = 'idempotency'
+shared_buffers = $shared_buffers
+# No checkpoint inside a run: each would add full-page images and I/O to
+# whichever run it lands in (the report flags a run one landed in anyway).
+max_wal_size = 16GB
+min_wal_size = 2GB
+checkpoint_timeout = 1d
+# Autovacuum would land in random runs too; the runner vacuums between
+# repetitions instead.
+autovacuum = off
+jit = off
+max_connections = 100
+log_line_prefix = '%m [%p] [%e] %q%a '
+EOF
+}
+
+# pgbench against a database of the cluster (the first argument), prepared
+# statements and no vacuum of pgbench's own tables; the rest are pgbench's
+# options.  PGOPTIONS, when set, reaches the server.
+pgbench_in() {
+    local database=$1
+    shift
+    as_server_user "$bindir/pgbench" -n -M prepared -h "$cluster_socket" -p "$cluster_port" \
+        "$@" "$database"
+}
+
+# A value from pgbench's output: the first match of the sed pattern's group.
+pgbench_field() {
+    local pattern=$1 file=$2
+    sed -n "s/$pattern/\\1/p" "$file" | head -n 1
+}
+
+pgbench_tps() { pgbench_field '^tps = \([0-9.]*\) .*' "$1"; }
+pgbench_transactions() { pgbench_field '^number of transactions actually processed: \([0-9]*\).*' "$1"; }
+pgbench_failed() { pgbench_field '^number of failed transactions: \([0-9]*\) .*' "$1"; }
+
+# What went wrong in one pgbench run, one problem per line, nothing when it
+# ran clean: its exit status (the first argument), an error in its output
+# (the second, a file), no transaction at all, a failed one.
+pgbench_problems() {
+    local status=$1 out=$2 first_error tps transactions failed
+    ((status == 0)) || echo "pgbench exited with status $status"
+    first_error=$(grep -m 1 -E 'error|ERROR' "$out" || true)
+    [[ -z $first_error ]] || echo "${first_error#pgbench: error: }"
+    tps=$(pgbench_tps "$out")
+    transactions=$(pgbench_transactions "$out")
+    failed=$(pgbench_failed "$out")
+    [[ -n $tps && -n $transactions ]] || echo "no tps in pgbench's output"
+    ((${transactions:-0} > 0)) || echo "no transaction completed"
+    ((${failed:-0} == 0)) || echo "$failed failed transactions"
+    return 0
+}
+
+# The arguments on one line, separated by "; ".
+semicolon_list() {
+    local line
+    line=$(printf '%s; ' "$@")
+    echo "${line%; }"
+}
+
+# A failed run is loud: which run (the first argument), its problems (the
+# rest), and the end of pgbench's output (the second, a file).
+report_failed_run() {
+    local what=$1 out=$2
+    shift 2
+    printf '\n!!! FAILED: %s: %s\n' "$what" "$*" >&2
+    grep -v '^pgbench (' "$out" | tail -n 20 | sed 's/^/!!!   /' >&2
+    printf '\n' >&2
+}
+
+# A benchmark runner counts failed runs in failures and sets finished=1 at
+# its end; finish_bench, its EXIT trap, stops the cluster, then exits non-zero
+# when either says so.
+failures=0
+finished=0
+
+finish_bench() {
+    local status=$?
+    trap - EXIT INT TERM
+    clean_up
+    if ((!finished)); then
+        echo "${0##*/}: stopped before the benchmark ran to its end (exit status $status)" >&2
+        exit $((status == 0 ? 1 : status))
+    fi
+    ((failures == 0)) || exit 1
+    exit 0
 }
