@@ -66,6 +66,10 @@ my $node = new_node(
 		'idempotency.worker_enabled = off',
 		# Call counts per function, to show what the run covered.
 		'track_functions = all',
+		# No run depends on when autovacuum happens to analyze a table (the
+		# planner's first look at statistics adds to the caches once);
+		# memory_batch sends the storage's invalidations itself.
+		'autovacuum = off',
 	]);
 my $db = 'postgres';
 my $dir = $node->data_dir;
@@ -88,6 +92,7 @@ CREATE TABLE memory_samples (
     contexts_used jsonb NOT NULL);
 CREATE TABLE hash_copies (h request_hash);
 CREATE TABLE combo_fill (x integer);
+CREATE ROLE memory_reader;
 
 -- The calling backend's memory: its contexts, and what the kernel says.
 CREATE FUNCTION memory_sample(label text, calls bigint) RETURNS void LANGUAGE sql AS $$
@@ -372,8 +377,11 @@ END
 $$;
 
 -- Once per transaction: binary I/O through COPY, expiry of the short keys,
--- and waits that end in lock timeouts (39 calls).
-CREATE FUNCTION memory_batch(dir text) RETURNS integer
+-- waits that end in lock timeouts (39 calls), and with invalidate a relcache
+-- invalidation of the storage, as DDL or ANALYZE send, after which the
+-- extension looks its tables up again.  (Not in the long transaction, which
+-- would keep every invalidation message until it commits.)
+CREATE FUNCTION memory_batch(dir text, invalidate boolean) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     r record;
@@ -392,6 +400,10 @@ BEGIN
         RAISE EXCEPTION 'short binary hash accepted';
     EXCEPTION WHEN SQLSTATE '22P03' THEN NULL;
     END;
+    IF invalidate THEN
+        GRANT SELECT ON idempotency.keys TO memory_reader;
+        REVOKE SELECT ON idempotency.keys FROM memory_reader;
+    END IF;
     PERFORM idempotency_expire(NULL);
     r := idempotency_begin('mem', 'held', request_hash(held_request), wait => '1 ms');
     IF r.outcome <> 'in_progress' THEN RAISE EXCEPTION 'held wait: %', r.outcome; END IF;
@@ -501,7 +513,7 @@ BEGIN
                 CASE WHEN i > batch THEN 'b' || (i - batch) END,
                 CASE WHEN i > 2 * batch THEN 'b' || (i - 2 * batch) END);
         END LOOP;
-        calls := calls + memory_batch(dir);
+        calls := calls + memory_batch(dir, true);
         CALL memory_commit();
         done := calls >= total_calls - long_transaction_calls;
         IF done OR calls >= next_sample OR i = batch THEN
@@ -524,7 +536,7 @@ BEGIN
         i := i + 1;
         calls := calls + memory_iteration(i, 'pool-leased-' || k, 'pool-lapsed-' || k);
         IF k % batch = 0 THEN
-            calls := calls + memory_batch(dir);
+            calls := calls + memory_batch(dir, false);
         END IF;
         IF k = batch OR calls >= total_calls THEN
             PERFORM memory_take_sample(CASE WHEN k = batch THEN 'long-start' ELSE 'long' END,
