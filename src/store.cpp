@@ -22,6 +22,7 @@ extern "C"
 #include "storage/proc.h"
 #include "utils/resowner.h"
 #include "utils/fmgroids.h"
+#include "utils/fmgrprotos.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/inval.h"
@@ -281,12 +282,10 @@ static void remember_write(const Relations &rels, const ItemPointerData &tid)
     last_write = {RelationGetRelid(rels.heap), current_lxid(), tid};
 }
 
+// Key columns compare byte-wise, as the primary key does ("C" collation).
 static bool same_text(Datum a, Datum b)
 {
-    const text *x = DatumGetTextPP(a);
-    const text *y = DatumGetTextPP(b);
-    return VARSIZE_ANY_EXHDR(x) == VARSIZE_ANY_EXHDR(y) &&
-           memcmp(VARDATA_ANY(x), VARDATA_ANY(y), VARSIZE_ANY_EXHDR(x)) == 0;
+    return DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, a, b));
 }
 
 Record read_own_claim(const Relations &rels, Datum scope, Datum key)
