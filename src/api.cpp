@@ -523,16 +523,16 @@ struct HeldClaim
 };
 
 // Returns the caller's in-progress claim, or raises the documented error.
-// The caller's own uncommitted claim needs no key lock: every other writer
-// sees it as in progress and keeps off until this transaction ends.  A
-// committed claim (begin and complete in separate transactions) is read again
-// under the key lock, after waiting for another transaction's uncommitted
-// change, as an UPDATE waits for a concurrent one.
+// The caller's own uncommitted claim, found by its address, needs no key
+// lock: every other writer sees it as in progress and keeps off until this
+// transaction ends.  Otherwise (a committed claim, from begin and complete in
+// separate transactions, or a claim this backend did not write last) the key
+// is read under the key lock, after waiting for another transaction's
+// uncommitted change, as an UPDATE waits for a concurrent one.
 HeldClaim held_claim(Relations &rels, const KeyArgs &key, bool has_attempt, int32 attempt)
 {
     HeldClaim claim;
-    claim.record = store::read_own_claim(rels, key.scope, key.key);
-    claim.locked = !(claim.record.found && claim.record.writer == Writer::self);
+    claim.locked = !store::fetch_own_claim(rels, key.scope, key.key, &claim.record);
     while (claim.locked)
     {
         store::lock_key(key.scope, key.key, true);
@@ -571,6 +571,18 @@ void write_claim(Relations &rels, const KeyArgs &key, HeldClaim &claim)
         ereport(ERROR, (errcode(errcode_key_not_claimed),
                         errmsg("idempotency key \"%s\" is not claimed", key_for_message(key.key)),
                         errdetail("It expired while this call ran.")));
+}
+
+// Finds the caller's in-progress claim, lets `change` edit it, and writes it
+// back: the common course of complete, checkpoint and release.
+template <typename Change>
+void change_held_claim(const KeyArgs &key, bool has_attempt, int32 attempt, Change change)
+{
+    Relations rels = store::open_relations(RowExclusiveLock);
+    HeldClaim claim = held_claim(rels, key, has_attempt, attempt);
+    change(claim.record);
+    write_claim(rels, key, claim);
+    store::close_relations(rels);
 }
 
 // The uncompressed size of a varlena argument, 0 when NULL.
@@ -632,30 +644,27 @@ IDEMPOTENCY_FUNCTION(idempotency_complete)
     bool has_attempt = optional_int_arg(fcinfo, 5, &attempt);
     require_writable("idempotency_complete");
 
-    Relations rels = store::open_relations(RowExclusiveLock);
-    HeldClaim claim = held_claim(rels, key, has_attempt, attempt);
-    Record &record = claim.record;
-    TimestampTz now = GetCurrentTimestamp();
     bool store_response = status < 500 || settings::store_server_errors;
-    if (store_response)
-    {
-        record.set(store::col_status, CharGetDatum(store::status_completed));
-        record.set(store::col_completed_at, TimestampTzGetDatum(now));
-        record.set(store::col_expires_at,
-                   TimestampTzGetDatum(expiry_after(
-                       now, DatumGetIntervalP(record.values[store::col_ttl]))));
-        record.set_null(store::col_lease_expires_at);
-        record.set(store::col_response_status, Int32GetDatum(status));
-        set_optional(record, store::col_response_body, fcinfo, 3);
-        set_optional(record, store::col_response_headers, fcinfo, 4);
-    }
-    else
-    {
-        // A server error is transient: drop the claim so that a retry runs again.
-        record.set(store::col_lease_expires_at, TimestampTzGetDatum(now));
-    }
-    write_claim(rels, key, claim);
-    store::close_relations(rels);
+    change_held_claim(key, has_attempt, attempt, [&](Record &record) {
+        TimestampTz now = GetCurrentTimestamp();
+        if (store_response)
+        {
+            record.set(store::col_status, CharGetDatum(store::status_completed));
+            record.set(store::col_completed_at, TimestampTzGetDatum(now));
+            record.set(store::col_expires_at,
+                       TimestampTzGetDatum(expiry_after(
+                           now, DatumGetIntervalP(record.values[store::col_ttl]))));
+            record.set_null(store::col_lease_expires_at);
+            record.set(store::col_response_status, Int32GetDatum(status));
+            set_optional(record, store::col_response_body, fcinfo, 3);
+            set_optional(record, store::col_response_headers, fcinfo, 4);
+        }
+        else
+        {
+            // A server error is transient: drop the claim so that a retry runs again.
+            record.set(store::col_lease_expires_at, TimestampTzGetDatum(now));
+        }
+    });
     idempotency::stats::add(store_response ? idempotency::stats::completes
                                            : idempotency::stats::server_errors_dropped);
     PG_RETURN_BOOL(store_response);
@@ -670,16 +679,14 @@ IDEMPOTENCY_FUNCTION(idempotency_checkpoint)
     bool has_attempt = optional_int_arg(fcinfo, 4, &attempt);
     require_writable("idempotency_checkpoint");
 
-    Relations rels = store::open_relations(RowExclusiveLock);
-    HeldClaim claim = held_claim(rels, key, has_attempt, attempt);
-    Record &record = claim.record;
-    TimestampTz lease_end = plus_interval(GetCurrentTimestamp(), lease);
-    // A NULL recovery point is a plain heartbeat: the last one is kept.
-    if (!PG_ARGISNULL(2))
-        record.set(store::col_recovery_point, PG_GETARG_DATUM(2));
-    record.set(store::col_lease_expires_at, TimestampTzGetDatum(lease_end));
-    write_claim(rels, key, claim);
-    store::close_relations(rels);
+    TimestampTz lease_end;
+    change_held_claim(key, has_attempt, attempt, [&](Record &record) {
+        lease_end = plus_interval(GetCurrentTimestamp(), lease);
+        // A NULL recovery point is a plain heartbeat: the last one is kept.
+        if (!PG_ARGISNULL(2))
+            record.set(store::col_recovery_point, PG_GETARG_DATUM(2));
+        record.set(store::col_lease_expires_at, TimestampTzGetDatum(lease_end));
+    });
     idempotency::stats::add(idempotency::stats::checkpoints);
     PG_RETURN_TIMESTAMPTZ(lease_end);
 }
@@ -691,12 +698,9 @@ IDEMPOTENCY_FUNCTION(idempotency_release)
     bool has_attempt = optional_int_arg(fcinfo, 2, &attempt);
     require_writable("idempotency_release");
 
-    Relations rels = store::open_relations(RowExclusiveLock);
-    HeldClaim claim = held_claim(rels, key, has_attempt, attempt);
-    Record &record = claim.record;
-    record.set(store::col_lease_expires_at, TimestampTzGetDatum(GetCurrentTimestamp()));
-    write_claim(rels, key, claim);
-    store::close_relations(rels);
+    change_held_claim(key, has_attempt, attempt, [](Record &record) {
+        record.set(store::col_lease_expires_at, TimestampTzGetDatum(GetCurrentTimestamp()));
+    });
     idempotency::stats::add(idempotency::stats::releases);
     PG_RETURN_VOID();
 }

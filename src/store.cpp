@@ -242,7 +242,7 @@ Record read_visible(const Relations &rels, Datum scope, Datum key, Snapshot snap
 // The version this backend wrote last, and in which transaction.  complete,
 // checkpoint and release nearly always follow the caller's own begin in the
 // same transaction; fetching that version by its address saves them an index
-// scan.  read_own_claim checks that it is still the live version of the key,
+// scan.  fetch_own_claim checks that it is still the live version of the key,
 // written by this transaction.  The address stays valid while the
 // transaction lasts: the version cannot be pruned while live, and the table
 // cannot be truncated under the lock the writer took -- unless the writer was
@@ -288,31 +288,28 @@ static bool same_text(Datum a, Datum b)
     return DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, a, b));
 }
 
-Record read_own_claim(const Relations &rels, Datum scope, Datum key)
+bool fetch_own_claim(const Relations &rels, Datum scope, Datum key, Record *record)
 {
-    if (last_write.heap == RelationGetRelid(rels.heap) && last_write.lxid == current_lxid())
-    {
-        ItemPointerData tid = last_write.tid;
-        // Prune the page first, as an index scan would: completions leave a
-        // dead version behind, and pruning it on the page new claims go to
-        // keeps the table compact (without it, twice the size).
-        Buffer buffer = ReadBuffer(rels.heap, ItemPointerGetBlockNumber(&tid));
-        heap_page_prune_opt(rels.heap, buffer);
-        ReleaseBuffer(buffer);
+    if (last_write.heap != RelationGetRelid(rels.heap) || last_write.lxid != current_lxid())
+        return false;
+    ItemPointerData tid = last_write.tid;
+    // Prune the page first, as an index scan would: completions leave a dead
+    // version behind, and pruning it on the page new claims go to keeps the
+    // table compact (without it, twice the size).
+    Buffer buffer = ReadBuffer(rels.heap, ItemPointerGetBlockNumber(&tid));
+    heap_page_prune_opt(rels.heap, buffer);
+    ReleaseBuffer(buffer);
 
-        SnapshotData dirty;
-        InitDirtySnapshot(dirty);
-        TupleTableSlot *slot = table_slot_create(rels.heap, nullptr);
-        Record record = not_found();
-        bool hit = table_tuple_fetch_row_version(rels.heap, &tid, &dirty, slot) &&
-                   decode_newest(slot, &dirty, record) && record.writer == Writer::self &&
-                   same_text(record.values[col_scope], scope) &&
-                   same_text(record.values[col_key], key);
-        ExecDropSingleTupleTableSlot(slot);
-        if (hit)
-            return record;
-    }
-    return read_latest(rels, scope, key);
+    SnapshotData dirty;
+    InitDirtySnapshot(dirty);
+    TupleTableSlot *slot = table_slot_create(rels.heap, nullptr);
+    *record = not_found();
+    bool hit = table_tuple_fetch_row_version(rels.heap, &tid, &dirty, slot) &&
+               decode_newest(slot, &dirty, *record) && record->writer == Writer::self &&
+               same_text(record->values[col_scope], scope) &&
+               same_text(record->values[col_key], key);
+    ExecDropSingleTupleTableSlot(slot);
+    return hit;
 }
 
 static void insert_index_entry(Relation index, Relation heap, Datum *values, ItemPointer tid,

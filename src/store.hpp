@@ -129,10 +129,10 @@ void close_relations(const Relations &rels);
 
 // The newest version of (scope, key), seen through a dirty snapshot.
 Record read_latest(const Relations &rels, Datum scope, Datum key);
-// read_latest for a caller that expects its own transaction's claim, which
-// this backend usually wrote last: that version is fetched by its address
-// first, without an index scan.
-Record read_own_claim(const Relations &rels, Datum scope, Datum key);
+// The caller's own uncommitted claim on (scope, key), fetched by its address
+// without an index scan when it is the version this backend wrote last (the
+// usual complete after begin).  False when it is not; read_latest then knows.
+bool fetch_own_claim(const Relations &rels, Datum scope, Datum key, Record *record);
 // The version of (scope, key) visible to an MVCC snapshot.
 Record read_visible(const Relations &rels, Datum scope, Datum key, Snapshot snapshot);
 
