@@ -29,7 +29,7 @@ namespace
 
 using idempotency::RequestHash;
 using idempotency::store::Record;
-using idempotency::store::Relations;
+using idempotency::store::Storage;
 using idempotency::store::Writer;
 namespace store = idempotency::store;
 namespace settings = idempotency::settings;
@@ -211,22 +211,22 @@ constexpr const char *outcome_labels[] = {"claimed", "replay", "in_progress", "m
 // What the newest version of a key means to a caller.
 enum class KeyState
 {
-    absent,           // no row: claim it
+    absent,           // no row, and nobody is changing the key: claim it
     expired,          // past its expiry: claim it as if absent
     lease_ended,      // committed unfinished claim whose lease ended: take it over
     own_claim,        // claimed by the calling transaction already
     replay,           // completed for the same request
     mismatch,         // held or completed for another request
-    held_uncommitted, // claimed by a transaction still in progress
+    held_uncommitted, // claimed, or being deleted, by a transaction still in progress
     held_leased       // committed unfinished claim, lease running
 };
 
 KeyState classify(const Record &record, const RequestHash *request, TimestampTz now)
 {
     if (!record.found)
-        return KeyState::absent;
+        return record.held_by_other() ? KeyState::held_uncommitted : KeyState::absent;
     bool same_request = idempotency::request_hash_equal(record.request(), request);
-    if (record.writer == Writer::other)
+    if (record.held_by_other())
         return same_request ? KeyState::held_uncommitted : KeyState::mismatch;
     if (record.writer == Writer::committed && record.expired(now))
         return KeyState::expired;
@@ -323,19 +323,19 @@ constexpr int busy_rereads = 5;
 constexpr long busy_reread_pause_us = 100;
 
 // What the key holds now, and what that means for this caller.
-KeyState observe(Relations &rels, const BeginArgs &args, Record &record, TimestampTz &now)
+KeyState observe(Storage &storage, const BeginArgs &args, Record &record, TimestampTz &now)
 {
     now = GetCurrentTimestamp();
-    record = store::read_latest(rels, args.key.scope, args.key.key);
+    record = store::read_latest(storage, args.key.scope, args.key.key);
     return classify(record, idempotency::datum_get_request_hash(args.request), now);
 }
 
 // One attempt, without waiting for a holder.
-BeginAnswer begin_once(Relations &rels, const BeginArgs &args)
+BeginAnswer begin_once(Storage &storage, const BeginArgs &args)
 {
     TimestampTz now;
     Record record;
-    KeyState state = observe(rels, args, record, now);
+    KeyState state = observe(storage, args, record, now);
     if (!needs_claim(state))
         return answer_without_claim(state, record, now); // replays take no lock and write nothing
 
@@ -345,7 +345,7 @@ BeginAnswer begin_once(Relations &rels, const BeginArgs &args)
             return held_by_transaction(record);
         pg_usleep(busy_reread_pause_us);
         CHECK_FOR_INTERRUPTS();
-        state = observe(rels, args, record, now);
+        state = observe(storage, args, record, now);
         if (!needs_claim(state))
             return answer_without_claim(state, record, now);
     }
@@ -353,30 +353,20 @@ BeginAnswer begin_once(Relations &rels, const BeginArgs &args)
     // Under the key lock nobody else writes this key: decide on what is there,
     // write, and let go -- the uncommitted row then speaks for the claim.
     BeginAnswer result;
-    for (;;)
+    state = observe(storage, args, record, now);
+    if (!needs_claim(state))
+        result = answer_without_claim(state, record, now);
+    else
     {
-        state = observe(rels, args, record, now);
-        if (!needs_claim(state))
-        {
-            result = answer_without_claim(state, record, now);
-            break;
-        }
         if (state == KeyState::absent)
-        {
             for (int column = 0; column < store::column_count; column++)
                 record.set_null(store::Column(column));
-            fill_claim(record, args, state, now);
-            store::insert_record(rels, record);
-            result = answer(Outcome::claimed, record);
-            break;
-        }
         fill_claim(record, args, state, now);
-        if (store::update_record(rels, record) == TM_Ok)
-        {
-            result = answer(Outcome::claimed, record);
-            break;
-        }
-        // A concurrent expiry deleted the row: look again.
+        if (state == KeyState::absent)
+            store::insert_record(storage, record);
+        else
+            store::update_record(storage, record);
+        result = answer(Outcome::claimed, record);
     }
     store::unlock_key(args.key.scope, args.key.key);
     return result;
@@ -387,7 +377,7 @@ BeginAnswer begin_once(Relations &rels, const BeginArgs &args)
 // waited for on its transaction id; a committed claim has no transaction to
 // wait for, so its lease is polled.  lock_timeout, when set and shorter, cuts the wait short
 // with in_progress.
-BeginAnswer wait_for_holder(Relations &rels, const BeginArgs &args, BeginAnswer result)
+BeginAnswer wait_for_holder(Storage &storage, const BeginArgs &args, BeginAnswer result)
 {
     constexpr long max_poll_ms = 50;
     int64 wait_us = args.wait_us;
@@ -401,7 +391,7 @@ BeginAnswer wait_for_holder(Relations &rels, const BeginArgs &args, BeginAnswer 
         if (result.outcome != Outcome::in_progress || now >= deadline)
             return result;
         int remaining_ms = int((deadline - now + 999) / 1000);
-        if (result.record.found && result.record.writer == Writer::other)
+        if (result.record.held_by_other())
             (void)store::wait_for_transaction(result.record.writer_xid, remaining_ms);
         else
         {
@@ -411,18 +401,18 @@ BeginAnswer wait_for_holder(Relations &rels, const BeginArgs &args, BeginAnswer 
             CHECK_FOR_INTERRUPTS();
             poll_ms = Min(poll_ms * 2, max_poll_ms);
         }
-        result = begin_once(rels, args);
+        result = begin_once(storage, args);
     }
 }
 
-BeginAnswer begin(Relations &rels, const BeginArgs &args)
+BeginAnswer begin(Storage &storage, const BeginArgs &args)
 {
     namespace stats = idempotency::stats;
-    BeginAnswer result = begin_once(rels, args);
+    BeginAnswer result = begin_once(storage, args);
     if (result.outcome == Outcome::in_progress && args.wait_us > 0)
     {
         TimestampTz started = GetCurrentTimestamp();
-        result = wait_for_holder(rels, args, result);
+        result = wait_for_holder(storage, args, result);
         stats::add(stats::waits);
         stats::add(stats::wait_time_us, uint64(GetCurrentTimestamp() - started));
     }
@@ -529,15 +519,15 @@ struct HeldClaim
 // separate transactions, or a claim this backend did not write last) the key
 // is read under the key lock, after waiting for another transaction's
 // uncommitted change, as an UPDATE waits for a concurrent one.
-HeldClaim held_claim(Relations &rels, const KeyArgs &key, bool has_attempt, int32 attempt)
+HeldClaim held_claim(Storage &storage, const KeyArgs &key, bool has_attempt, int32 attempt)
 {
     HeldClaim claim;
-    claim.locked = !store::fetch_own_claim(rels, key.scope, key.key, &claim.record);
+    claim.locked = !store::fetch_own_claim(storage, key.scope, key.key, &claim.record);
     while (claim.locked)
     {
         store::lock_key(key.scope, key.key, true);
-        claim.record = store::read_latest(rels, key.scope, key.key);
-        if (!claim.record.found || claim.record.writer != Writer::other)
+        claim.record = store::read_latest(storage, key.scope, key.key);
+        if (!claim.record.held_by_other())
             break;
         store::unlock_key(key.scope, key.key);
         store::wait_for_transaction(claim.record.writer_xid);
@@ -562,15 +552,11 @@ HeldClaim held_claim(Relations &rels, const KeyArgs &key, bool has_attempt, int3
     return claim;
 }
 
-void write_claim(Relations &rels, const KeyArgs &key, HeldClaim &claim)
+void write_claim(Storage &storage, const KeyArgs &key, HeldClaim &claim)
 {
-    TM_Result result = store::update_record(rels, claim.record);
+    store::update_record(storage, claim.record);
     if (claim.locked)
         store::unlock_key(key.scope, key.key);
-    if (result != TM_Ok)
-        ereport(ERROR, (errcode(errcode_key_not_claimed),
-                        errmsg("idempotency key \"%s\" is not claimed", key_for_message(key.key)),
-                        errdetail("It expired while this call ran.")));
 }
 
 // Finds the caller's in-progress claim, lets `change` edit it, and writes it
@@ -578,11 +564,11 @@ void write_claim(Relations &rels, const KeyArgs &key, HeldClaim &claim)
 template <typename Change>
 void change_held_claim(const KeyArgs &key, bool has_attempt, int32 attempt, Change change)
 {
-    Relations rels = store::open_relations(RowExclusiveLock);
-    HeldClaim claim = held_claim(rels, key, has_attempt, attempt);
+    Storage storage = store::open(RowExclusiveLock);
+    HeldClaim claim = held_claim(storage, key, has_attempt, attempt);
     change(claim.record);
-    write_claim(rels, key, claim);
-    store::close_relations(rels);
+    write_claim(storage, key, claim);
+    store::close(storage);
 }
 
 // The uncompressed size of a varlena argument, 0 when NULL.
@@ -625,9 +611,9 @@ IDEMPOTENCY_FUNCTION(idempotency_begin)
                                                  max_wait_us, "between 0 and 1 hour"));
     require_writable("idempotency_begin");
 
-    Relations rels = store::open_relations(RowExclusiveLock);
-    BeginAnswer result = begin(rels, args);
-    store::close_relations(rels);
+    Storage storage = store::open(RowExclusiveLock);
+    BeginAnswer result = begin(storage, args);
+    store::close(storage);
     return begin_result(fcinfo, result);
 }
 
@@ -760,10 +746,10 @@ IDEMPOTENCY_FUNCTION(idempotency_lookup)
         if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
             elog(ERROR, "idempotency_lookup must return a composite type");
         desc = BlessTupleDesc(desc);
-        Relations rels = store::open_relations(AccessShareLock);
+        Storage storage = store::open(AccessShareLock);
         Snapshot snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
-        Record record = store::read_visible(rels, key.scope, key.key, snapshot);
-        store::close_relations(rels);
+        Record record = store::read_visible(storage, key.scope, key.key, snapshot);
+        store::close(storage);
         call->user_fctx = record.found && !record.expired(GetCurrentTimestamp())
                               ? lookup_tuple(desc, record)
                               : nullptr;
@@ -791,9 +777,9 @@ IDEMPOTENCY_FUNCTION(idempotency_expire)
                         errmsg("invalid max_rows %lld", (long long)max_rows),
                         errdetail("max_rows must be zero or more, or NULL for no limit.")));
     require_writable("idempotency_expire");
-    Relations rels = store::open_relations(RowExclusiveLock);
-    int64 deleted = store::expire(rels, GetCurrentTimestamp(), max_rows);
-    store::close_relations(rels);
+    Storage storage = store::open(RowExclusiveLock);
+    int64 deleted = store::expire(storage, GetCurrentTimestamp(), max_rows);
+    store::close(storage);
     idempotency::stats::add(idempotency::stats::keys_expired, uint64(deleted));
     PG_RETURN_INT64(deleted);
 }

@@ -1,5 +1,7 @@
-// Storage of idempotency keys: see store.hpp for the concurrency scheme.
+// Storage of idempotency keys: see store.hpp for the concurrency scheme and
+// the caches.
 #include "store.hpp"
+#include "compat.hpp"
 
 extern "C"
 {
@@ -9,24 +11,27 @@ extern "C"
 #include "access/skey.h"
 #include "access/table.h"
 #include "access/xact.h"
-#include "catalog/index.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am_d.h"
 #include "catalog/pg_collation_d.h"
+#include "commands/trigger.h"
 #include "common/hashfn.h"
+#include "executor/executor.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
+#include "nodes/makefuncs.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
-#include "storage/proc.h"
-#include "utils/resowner.h"
+#include "storage/sinval.h"
 #include "utils/fmgroids.h"
 #include "utils/fmgrprotos.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
-#include "utils/inval.h"
 #include "utils/rel.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 }
 
@@ -38,122 +43,242 @@ namespace idempotency::store
 // pg_locks they show as locktype 'advisory' with objsubid 18756.
 constexpr uint16 key_lock_tag = 0x4944;
 
-// The storage's OIDs, looked up once per backend.  Any relcache invalidation
-// of one of them (DROP EXTENSION, or merely a change of its pg_class row)
-// forgets them, and taking a lock processes pending invalidations, so a
-// stale OID is noticed right after locking it.
-struct StorageOids
-{
-    Oid heap;
-    Oid pkey;
-    Oid expiry;
-};
-static StorageOids storage_oids = {InvalidOid, InvalidOid, InvalidOid};
+// ---------------------------------------------------------------------------
+// Finding and locking the storage
+// ---------------------------------------------------------------------------
 
-static void forget_storage_oids(Datum, Oid relid)
+// The OID of idempotency.keys; see "Backend-local caches" in store.hpp.
+static Oid heap_oid_cache = InvalidOid;
+
+static void forget_heap_oid(Datum, Oid relid)
 {
-    if (relid == InvalidOid || relid == storage_oids.heap || relid == storage_oids.pkey ||
-        relid == storage_oids.expiry)
-        storage_oids = {InvalidOid, InvalidOid, InvalidOid};
+    if (relid == InvalidOid || relid == heap_oid_cache)
+        heap_oid_cache = InvalidOid;
 }
 
-static Oid index_relid(Oid namespace_oid, const char *name)
+// The table by name, without a privilege check on the private schema:
+// EXECUTE on the functions is the gate.
+static Oid look_up_heap()
 {
-    Oid relid = get_relname_relid(name, namespace_oid);
-    if (!OidIsValid(relid))
-        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
-                        errmsg("index \"idempotency.%s\" does not exist", name),
-                        errhint("The extension's storage was changed by hand; reinstall the "
-                                "extension.")));
-    return relid;
+    Oid namespace_oid = get_namespace_oid("idempotency", true);
+    return OidIsValid(namespace_oid) ? get_relname_relid("keys", namespace_oid) : InvalidOid;
 }
 
-// Looks the storage up by name, without a privilege check on the private
-// schema: EXECUTE on the functions is the gate.
-static bool look_up_storage()
+// Finds and locks idempotency.keys.  The lock is held to the end of the
+// transaction, as for any table a statement reads or writes: DDL such as
+// DROP EXTENSION then waits for transactions that used the storage instead
+// of pulling it from under their uncommitted rows.
+static Oid lock_heap(LOCKMODE lockmode, bool skip_if_busy)
 {
     static bool callback_registered = false;
     if (!callback_registered)
     {
-        CacheRegisterRelcacheCallback(forget_storage_oids, (Datum)0);
+        CacheRegisterRelcacheCallback(forget_heap_oid, (Datum)0);
         callback_registered = true;
     }
-    Oid namespace_oid = get_namespace_oid("idempotency", true);
-    Oid heap = OidIsValid(namespace_oid) ? get_relname_relid("keys", namespace_oid) : InvalidOid;
-    if (!OidIsValid(heap))
-        return false;
-    storage_oids = {heap, index_relid(namespace_oid, "keys_pkey"),
-                    index_relid(namespace_oid, "keys_expires_at_idx")};
-    return true;
-}
-
-// Finds and locks idempotency.keys and its primary key.  The lock is held to
-// the end of the transaction, as for any table a statement reads or writes:
-// DDL such as DROP EXTENSION then waits for transactions that used the
-// storage instead of pulling it from under their uncommitted rows.
-static bool open_storage(Relations *rels, LOCKMODE lockmode, bool skip_if_busy)
-{
     for (;;)
     {
-        if (!OidIsValid(storage_oids.heap) && !look_up_storage())
-            return false;
-        Oid heap = storage_oids.heap;
+        uint64 invalidations = SharedInvalidMessageCounter;
+        Oid heap = heap_oid_cache;
+        if (!OidIsValid(heap) && !OidIsValid(heap = look_up_heap()))
+            return InvalidOid;
         if (skip_if_busy)
         {
             if (!ConditionalLockRelationOid(heap, lockmode))
-                return false;
+                return InvalidOid;
         }
         else
             LockRelationOid(heap, lockmode);
-        if (storage_oids.heap == heap)
-            break;
-        // The lock brought an invalidation: the OID may be stale.  Look again.
+        // Locking processed pending invalidations.  If any arrived since the
+        // OID was read, the name may stand for another relation by now.
+        if (invalidations == SharedInvalidMessageCounter || look_up_heap() == heap)
+        {
+            heap_oid_cache = heap;
+            return heap;
+        }
         UnlockRelationOid(heap, lockmode);
+        heap_oid_cache = InvalidOid;
     }
-    rels->lockmode = lockmode;
-    rels->heap = table_open(storage_oids.heap, NoLock);
-    if (RelationGetDescr(rels->heap)->natts != column_count)
-        ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
-                        errmsg("table \"idempotency.keys\" has %d columns, expected %d",
-                               RelationGetDescr(rels->heap)->natts, (int)column_count),
-                        errhint("The extension's storage was changed by hand; reinstall the "
-                                "extension.")));
-    rels->pkey = index_open(storage_oids.pkey, lockmode);
-    rels->expiry_oid = storage_oids.expiry;
-    rels->expiry = nullptr;
+}
+
+[[noreturn]] static void report_changed_storage(const char *problem)
+{
+    ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+                    errmsg("table \"idempotency.keys\" %s", problem),
+                    errhint("The extension's storage was changed by hand; reinstall the "
+                            "extension.")));
+}
+
+// Opens and locks the primary key.  Its OID comes from the table's relcache
+// entry, and locking the index may process invalidations that change it (a
+// REINDEX CONCURRENTLY swapping in its new index), so it is checked again
+// after the lock.
+static Relation open_primary_key(Relation heap, LOCKMODE lockmode)
+{
+    for (;;)
+    {
+        Oid pkey_oid = compat::primary_key_index(heap);
+        if (!OidIsValid(pkey_oid))
+            report_changed_storage("has no primary key");
+        Relation pkey = index_open(pkey_oid, lockmode);
+        if (compat::primary_key_index(heap) == pkey_oid)
+            return pkey;
+        index_close(pkey, lockmode);
+    }
+}
+
+static bool open_storage(Storage *storage, LOCKMODE lockmode, bool skip_if_busy)
+{
+    Oid heap_oid = lock_heap(lockmode, skip_if_busy);
+    if (!OidIsValid(heap_oid))
+        return false;
+    storage->heap = table_open(heap_oid, NoLock);
+    if (RelationGetDescr(storage->heap)->natts != column_count)
+        report_changed_storage(psprintf("has %d columns, expected %d",
+                                        RelationGetDescr(storage->heap)->natts, (int)column_count));
+    storage->pkey = open_primary_key(storage->heap, lockmode);
+    storage->lockmode = lockmode;
+    storage->writes = nullptr;
     return true;
 }
 
-Relations open_relations(LOCKMODE lockmode)
+Storage open(LOCKMODE lockmode)
 {
-    Relations rels;
-    if (!open_storage(&rels, lockmode, false))
+    Storage storage;
+    if (!open_storage(&storage, lockmode, false))
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                         errmsg("relation \"idempotency.keys\" does not exist"),
                         errhint("Run CREATE EXTENSION idempotency in this database.")));
-    return rels;
+    return storage;
 }
 
-bool try_open_relations(Relations *rels, LOCKMODE lockmode)
+bool try_open(Storage *storage, LOCKMODE lockmode)
 {
-    return open_storage(rels, lockmode, true);
+    return open_storage(storage, lockmode, true);
 }
 
-// The expiry index is needed only to write or to expire, not to replay.
-static Relation expiry_index(Relations &rels)
+// ---------------------------------------------------------------------------
+// The executor state of writes
+// ---------------------------------------------------------------------------
+
+// What the executor's single-row routines need, set up as the logical
+// replication apply worker sets it up: an EState with a one-entry range
+// table, a ResultRelInfo with every index of the table open, and the AFTER
+// trigger queue of a query of its own, fired by close().
+struct WriteContext
 {
-    if (rels.expiry == nullptr)
-        rels.expiry = index_open(rels.expiry_oid, rels.lockmode);
-    return rels.expiry;
+    EState *estate;
+    ResultRelInfo *result;
+    EPQState epq;
+    TupleTableSlot *new_version; // the values to write
+    TupleTableSlot *old_version; // only its address: the version to replace
+};
+
+static WriteContext *start_writes(Storage &storage)
+{
+    if (storage.writes != nullptr)
+        return storage.writes;
+    WriteContext *writes = static_cast<WriteContext *>(palloc0(sizeof(WriteContext)));
+    EState *estate = writes->estate = CreateExecutorState();
+    RangeTblEntry *rte = makeNode(RangeTblEntry);
+    rte->rtekind = RTE_RELATION;
+    rte->relid = RelationGetRelid(storage.heap);
+    rte->relkind = storage.heap->rd_rel->relkind;
+    rte->rellockmode = RowExclusiveLock;
+    compat::init_range_table(estate, rte);
+    writes->result = makeNode(ResultRelInfo);
+    InitResultRelInfo(writes->result, storage.heap, 1, nullptr, 0);
+    // As in the apply worker: enough for ExecGetTriggerResultRel to find it.
+    estate->es_opened_result_relations = lappend(estate->es_opened_result_relations, writes->result);
+    estate->es_output_cid = GetCurrentCommandId(true);
+    // Every index the table has now, ready ones to be written: the list and
+    // the readiness come from the relcache entry under our lock.
+    ExecOpenIndices(writes->result, false);
+    compat::init_epq(&writes->epq, estate);
+    TupleDesc desc = RelationGetDescr(storage.heap);
+    writes->new_version = ExecInitExtraTupleSlot(estate, desc, &TTSOpsVirtual);
+    writes->old_version = ExecInitExtraTupleSlot(estate, desc, &TTSOpsVirtual);
+    AfterTriggerBeginQuery();
+    storage.writes = writes;
+    return writes;
 }
 
-void close_relations(const Relations &rels)
+static void finish_writes(WriteContext *writes)
 {
-    if (rels.expiry != nullptr)
-        index_close(rels.expiry, NoLock);
-    index_close(rels.pkey, NoLock);
-    table_close(rels.heap, NoLock);
+    AfterTriggerEndQuery(writes->estate);
+    EvalPlanQualEnd(&writes->epq);
+    ExecCloseIndices(writes->result);
+    ExecResetTupleTable(writes->estate->es_tupleTable, false);
+    FreeExecutorState(writes->estate);
+    pfree(writes);
 }
+
+void close(Storage &storage)
+{
+    if (storage.writes != nullptr)
+        finish_writes(storage.writes);
+    storage.writes = nullptr;
+    index_close(storage.pkey, NoLock);
+    table_close(storage.heap, NoLock);
+}
+
+static TupleTableSlot *store_values(TupleTableSlot *slot, const Record &record)
+{
+    ExecClearTuple(slot);
+    memcpy(slot->tts_values, record.values, sizeof(record.values));
+    memcpy(slot->tts_isnull, record.nulls, sizeof(record.nulls));
+    ExecStoreVirtualTuple(slot);
+    ItemPointerSetInvalid(&slot->tts_tid);
+    return slot;
+}
+
+static TupleTableSlot *store_address(TupleTableSlot *slot, const ItemPointerData &tid)
+{
+    ExecClearTuple(slot);
+    ExecStoreAllNullTuple(slot);
+    slot->tts_tid = tid;
+    return slot;
+}
+
+// Runs one write of the executor.  Errors of class 23 (a unique or check
+// violation, which a user's index or constraint, or writes that bypass the
+// functions, could cause) carry a DETAIL that prints the whole row -- scope,
+// key, response: it is replaced, and the statement is kept out of the log,
+// as for the extension's own errors.
+template <typename Write> static void run_write(Write write)
+{
+    MemoryContext context = CurrentMemoryContext;
+    PG_TRY();
+    {
+        write();
+    }
+    PG_CATCH();
+    {
+        MemoryContextSwitchTo(context);
+        ErrorData *error = CopyErrorData();
+        if (ERRCODE_TO_CATEGORY(error->sqlerrcode) != ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION)
+            PG_RE_THROW();
+        FlushErrorState();
+        error->detail = pstrdup("The values of the row are not shown: they may contain request data.");
+        error->hide_stmt = true;
+        ReThrowError(error);
+    }
+    PG_END_TRY();
+}
+
+// A BEFORE ROW trigger that returns NULL suppresses the write; the claim or
+// response would then silently not exist.
+static void check_written(const TupleTableSlot *slot)
+{
+    if (!ItemPointerIsValid(&slot->tts_tid))
+        ereport(ERROR, (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+                        errmsg("a trigger on table \"idempotency.keys\" suppressed a write"),
+                        errhint("Drop BEFORE ROW triggers on the extension's table.")));
+}
+
+// ---------------------------------------------------------------------------
+// Reading
+// ---------------------------------------------------------------------------
 
 // Copies the slot's tuple out of the shared buffer and decodes it.
 static void decode_version(TupleTableSlot *slot, Record &record)
@@ -173,43 +298,42 @@ static Record not_found()
     return record;
 }
 
-// Decodes the version in `slot`, which satisfied the dirty `snapshot`, unless
-// another transaction is replacing or deleting it (then false).
-// HeapTupleSatisfiesDirty left that transaction in snapshot->xmax, and the
-// inserter still in progress, if any, in snapshot->xmin.
-static bool decode_newest(TupleTableSlot *slot, Snapshot snapshot, Record &record)
+// Decodes the version in `slot`, which satisfied the dirty `snapshot`:
+// HeapTupleSatisfiesDirty left the inserter still in progress, if any, in
+// snapshot->xmin.  The caller has made sure no transaction is deleting or
+// replacing it (snapshot->xmax).
+static void decode_newest(TupleTableSlot *slot, Snapshot snapshot, Record &record)
 {
-    if (TransactionIdIsValid(snapshot->xmax))
-        return false;
     decode_version(slot, record);
     if (TransactionIdIsValid(snapshot->xmin))
     {
         record.writer = Writer::other;
         record.writer_xid = snapshot->xmin;
-        return true;
+        return;
     }
     bool should_free;
     HeapTuple tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
     record.writer = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data))
                         ? Writer::self
                         : Writer::committed;
-    return true;
 }
 
 // Scans the primary key for (scope, key).  With a dirty snapshot an index scan
 // returns every version that is committed-live or touched by a transaction in
-// progress (including each member of a HOT chain); the newest is the one no
-// other transaction is deleting or replacing.
-static Record scan_key(const Relations &rels, Datum scope, Datum key, Snapshot snapshot)
+// progress (including each member of a HOT chain).  The newest is the one no
+// other transaction is deleting or replacing; a replacement comes later in
+// the scan, and when none does, the version is being deleted (or its
+// replacement is not indexed yet): the key is then held by that transaction.
+static Record scan_key(const Storage &storage, Datum scope, Datum key, Snapshot snapshot)
 {
     Record record = not_found();
     ScanKeyData keys[2];
     // ScanKeyInit compares with the "C" collation, which the key columns use.
     ScanKeyInit(&keys[0], col_scope + 1, BTEqualStrategyNumber, F_TEXTEQ, scope);
     ScanKeyInit(&keys[1], col_key + 1, BTEqualStrategyNumber, F_TEXTEQ, key);
-    IndexScanDesc scan = index_beginscan(rels.heap, rels.pkey, snapshot, 2, 0);
+    IndexScanDesc scan = index_beginscan(storage.heap, storage.pkey, snapshot, 2, 0);
     index_rescan(scan, keys, 2, nullptr, 0);
-    TupleTableSlot *slot = table_slot_create(rels.heap, nullptr);
+    TupleTableSlot *slot = table_slot_create(storage.heap, nullptr);
     const bool dirty = snapshot->snapshot_type == SNAPSHOT_DIRTY;
 
     while (index_getnext_slot(scan, ForwardScanDirection, slot))
@@ -219,35 +343,40 @@ static Record scan_key(const Relations &rels, Datum scope, Datum key, Snapshot s
             decode_version(slot, record);
             break;
         }
-        if (decode_newest(slot, snapshot, record))
-            break;
+        if (TransactionIdIsValid(snapshot->xmax))
+        {
+            record.writer = Writer::other;
+            record.writer_xid = snapshot->xmax;
+            continue;
+        }
+        decode_newest(slot, snapshot, record);
+        break;
     }
     ExecDropSingleTupleTableSlot(slot);
     index_endscan(scan);
     return record;
 }
 
-Record read_latest(const Relations &rels, Datum scope, Datum key)
+Record read_latest(const Storage &storage, Datum scope, Datum key)
 {
     SnapshotData dirty;
     InitDirtySnapshot(dirty);
-    return scan_key(rels, scope, key, &dirty);
+    return scan_key(storage, scope, key, &dirty);
 }
 
-Record read_visible(const Relations &rels, Datum scope, Datum key, Snapshot snapshot)
+Record read_visible(const Storage &storage, Datum scope, Datum key, Snapshot snapshot)
 {
-    return scan_key(rels, scope, key, snapshot);
+    return scan_key(storage, scope, key, snapshot);
 }
 
-// The version this backend wrote last, and in which transaction.  complete,
-// checkpoint and release nearly always follow the caller's own begin in the
-// same transaction; fetching that version by its address saves them an index
-// scan.  fetch_own_claim checks that it is still the live version of the key,
-// written by this transaction.  The address stays valid while the
-// transaction lasts: the version cannot be pruned while live, and the table
-// cannot be truncated under the lock the writer took -- unless the writer was
-// a subtransaction that rolled back, which releases its locks, so any
-// rollback to a savepoint forgets the address.
+// The version this backend wrote last, and in which transaction; see
+// "Backend-local caches" in store.hpp.  complete, checkpoint and release
+// nearly always follow the caller's own begin in the same transaction;
+// fetching that version by its address saves them an index scan.  The
+// address stays valid while the transaction lasts: the version cannot be
+// pruned while live, and the table cannot be rewritten or truncated under the
+// lock the writer took -- unless the writer was a subtransaction that rolled
+// back, which releases its locks, so any rollback to a savepoint forgets it.
 struct LastWrite
 {
     Oid heap;
@@ -256,22 +385,13 @@ struct LastWrite
 };
 static LastWrite last_write = {InvalidOid, InvalidLocalTransactionId, {}};
 
-static LocalTransactionId current_lxid()
-{
-#if PG_VERSION_NUM >= 170000
-    return MyProc->vxid.lxid;
-#else
-    return MyProc->lxid;
-#endif
-}
-
 static void forget_last_write(SubXactEvent event, SubTransactionId, SubTransactionId, void *)
 {
     if (event == SUBXACT_EVENT_ABORT_SUB)
         last_write.heap = InvalidOid;
 }
 
-static void remember_write(const Relations &rels, const ItemPointerData &tid)
+static void remember_write(const Storage &storage, const ItemPointerData &tid)
 {
     static bool callback_registered = false;
     if (!callback_registered)
@@ -279,7 +399,7 @@ static void remember_write(const Relations &rels, const ItemPointerData &tid)
         RegisterSubXactCallback(forget_last_write, nullptr);
         callback_registered = true;
     }
-    last_write = {RelationGetRelid(rels.heap), current_lxid(), tid};
+    last_write = {RelationGetRelid(storage.heap), compat::current_lxid(), tid};
 }
 
 // Key columns compare byte-wise, as the primary key does ("C" collation).
@@ -288,87 +408,93 @@ static bool same_text(Datum a, Datum b)
     return DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, a, b));
 }
 
-bool fetch_own_claim(const Relations &rels, Datum scope, Datum key, Record *record)
+bool fetch_own_claim(const Storage &storage, Datum scope, Datum key, Record *record)
 {
-    if (last_write.heap != RelationGetRelid(rels.heap) || last_write.lxid != current_lxid())
+    if (last_write.heap != RelationGetRelid(storage.heap) ||
+        last_write.lxid != compat::current_lxid())
         return false;
     ItemPointerData tid = last_write.tid;
     // Prune the page first, as an index scan would: completions leave a dead
     // version behind, and pruning it on the page new claims go to keeps the
     // table compact (without it, twice the size).
-    Buffer buffer = ReadBuffer(rels.heap, ItemPointerGetBlockNumber(&tid));
-    heap_page_prune_opt(rels.heap, buffer);
+    Buffer buffer = ReadBuffer(storage.heap, ItemPointerGetBlockNumber(&tid));
+    heap_page_prune_opt(storage.heap, buffer);
     ReleaseBuffer(buffer);
 
     SnapshotData dirty;
     InitDirtySnapshot(dirty);
-    TupleTableSlot *slot = table_slot_create(rels.heap, nullptr);
+    TupleTableSlot *slot = table_slot_create(storage.heap, nullptr);
     *record = not_found();
-    bool hit = table_tuple_fetch_row_version(rels.heap, &tid, &dirty, slot) &&
-               decode_newest(slot, &dirty, *record) && record->writer == Writer::self &&
-               same_text(record->values[col_scope], scope) &&
-               same_text(record->values[col_key], key);
+    bool hit = table_tuple_fetch_row_version(storage.heap, &tid, &dirty, slot) &&
+               !TransactionIdIsValid(dirty.xmax);
+    if (hit)
+    {
+        decode_newest(slot, &dirty, *record);
+        hit = record->writer == Writer::self && same_text(record->values[col_scope], scope) &&
+              same_text(record->values[col_key], key);
+    }
     ExecDropSingleTupleTableSlot(slot);
     return hit;
 }
 
-static void insert_index_entry(Relation index, Relation heap, Datum *values, ItemPointer tid,
-                               IndexUniqueCheck check, bool unchanged)
-{
-    bool nulls[2] = {false, false};
-    index_insert(index, values, nulls, tid, heap, check, unchanged, BuildIndexInfo(index));
-}
+// ---------------------------------------------------------------------------
+// Writing
+// ---------------------------------------------------------------------------
 
-// New index entries for a version that is not heap-only.  The primary key
-// checks uniqueness as a safety net under the key lock.
-static void insert_index_entries(Relations &rels, HeapTuple tuple, const Record &record,
-                                 bool is_update)
+static void written(Storage &storage, Record &record, const TupleTableSlot *slot)
 {
-    Datum pkey_values[2] = {record.values[col_scope], record.values[col_key]};
-    insert_index_entry(rels.pkey, rels.heap, pkey_values, &tuple->t_self, UNIQUE_CHECK_YES,
-                       is_update);
-    Datum expiry_values[1] = {record.values[col_expires_at]};
-    insert_index_entry(expiry_index(rels), rels.heap, expiry_values, &tuple->t_self, UNIQUE_CHECK_NO,
-                       false);
-}
-
-void insert_record(Relations &rels, Record &record)
-{
-    HeapTuple tuple = heap_form_tuple(RelationGetDescr(rels.heap), record.values, record.nulls);
-    heap_insert(rels.heap, tuple, GetCurrentCommandId(true), 0, nullptr);
-    insert_index_entries(rels, tuple, record, false);
-    record.tid = tuple->t_self;
+    check_written(slot);
+    record.tid = slot->tts_tid;
     record.found = true;
     record.writer = Writer::self;
-    remember_write(rels, record.tid);
-    // Lets a later call in the same statement update the row we just wrote.
+    remember_write(storage, record.tid);
+    // Lets a later call in the same statement see and change the row.
     CommandCounterIncrement();
 }
 
-TM_Result update_record(Relations &rels, Record &record)
+void insert_record(Storage &storage, Record &record)
 {
-    HeapTuple tuple = heap_form_tuple(RelationGetDescr(rels.heap), record.values, record.nulls);
-    TM_FailureData failure;
-    LockTupleMode lockmode;
-    TM_Result result = heap_update(rels.heap, &record.tid, tuple, GetCurrentCommandId(true),
-                                   InvalidSnapshot, true, &failure, &lockmode);
-    switch (result)
+    WriteContext *writes = start_writes(storage);
+    TupleTableSlot *slot = store_values(writes->new_version, record);
+    run_write([&] { ExecSimpleRelationInsert(writes->result, writes->estate, slot); });
+    written(storage, record, slot);
+}
+
+void update_record(Storage &storage, Record &record)
+{
+    WriteContext *writes = start_writes(storage);
+    TupleTableSlot *old_version = store_address(writes->old_version, record.tid);
+    TupleTableSlot *slot = store_values(writes->new_version, record);
+    run_write([&] {
+        ExecSimpleRelationUpdate(writes->result, writes->estate, &writes->epq, old_version, slot);
+    });
+    written(storage, record, slot);
+}
+
+// ---------------------------------------------------------------------------
+// Expiry
+// ---------------------------------------------------------------------------
+
+// The index that drives expiry: a valid btree on expires_at alone.  Found
+// among the indexes the write context opened, so that a REINDEX
+// CONCURRENTLY of it changes nothing here.
+static Relation expiry_index(const WriteContext *writes)
+{
+    const ResultRelInfo *result = writes->result;
+    for (int i = 0; i < result->ri_NumIndices; i++)
     {
-        case TM_Ok:
-            break;
-        case TM_Deleted:
-        case TM_Updated:
-            return result;
-        default:
-            elog(ERROR, "unexpected heap_update result %d on idempotency.keys", (int)result);
+        Relation index = result->ri_IndexRelationDescs[i];
+        const Form_pg_index form = index->rd_index;
+        if (form->indisvalid && index->rd_rel->relam == BTREE_AM_OID && form->indnatts == 1 &&
+            form->indkey.values[0] == col_expires_at + 1 &&
+            heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, nullptr) &&
+            heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, nullptr))
+            return index;
     }
-    if (!HeapTupleIsHeapOnly(tuple))
-        insert_index_entries(rels, tuple, record, true);
-    record.tid = tuple->t_self;
-    record.writer = Writer::self;
-    remember_write(rels, record.tid);
-    CommandCounterIncrement();
-    return TM_Ok;
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                    errmsg("table \"idempotency.keys\" has no valid index on expires_at"),
+                    errhint("REINDEX INDEX idempotency.keys_expires_at_idx, or reinstall the "
+                            "extension.")));
 }
 
 // Only the fields Record::expired reads, straight from the buffer: the
@@ -381,32 +507,67 @@ static void decode_expiry_fields(TupleTableSlot *slot, Record &record)
     record.tid = slot->tts_tid;
 }
 
-int64 expire(Relations &rels, TimestampTz now, int64 max_rows)
+// Deletes the expired version in `slot` if nobody is changing its key: the
+// key lock keeps writers away while it looks and deletes, and the version
+// must still be the newest one with no transaction changing it.
+static bool delete_if_idle(Storage &storage, WriteContext *writes, TupleTableSlot *slot,
+                           TupleTableSlot *check)
 {
+    bool isnull;
+    Datum scope = slot_getattr(slot, col_scope + 1, &isnull);
+    Datum key = slot_getattr(slot, col_key + 1, &isnull);
+    if (!lock_key(scope, key, false))
+        return false;
+    SnapshotData dirty;
+    InitDirtySnapshot(dirty);
+    bool idle = table_tuple_fetch_row_version(storage.heap, &slot->tts_tid, &dirty, check) &&
+                !TransactionIdIsValid(dirty.xmin) && !TransactionIdIsValid(dirty.xmax);
+    if (idle)
+        run_write([&] {
+            ExecSimpleRelationDelete(writes->result, writes->estate, &writes->epq, check);
+        });
+    unlock_key(scope, key);
+    return idle;
+}
+
+int64 expire(Storage &storage, TimestampTz now, int64 max_rows)
+{
+    WriteContext *writes = start_writes(storage);
+    // A snapshot that sees what this transaction did so far, as the next
+    // statement would: a version it replaced earlier in this statement (a
+    // takeover) is then gone, and its replacement is not expired.
+    CommandCounterIncrement();
+    PushCopiedSnapshot(GetActiveSnapshot());
+    UpdateActiveSnapshotCommandId();
+
     ScanKeyData bound;
     ScanKeyInit(&bound, 1, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
-    IndexScanDesc scan = index_beginscan(rels.heap, expiry_index(rels), GetActiveSnapshot(), 1, 0);
+    IndexScanDesc scan =
+        index_beginscan(storage.heap, expiry_index(writes), GetActiveSnapshot(), 1, 0);
     index_rescan(scan, &bound, 1, nullptr, 0);
-    TupleTableSlot *slot = table_slot_create(rels.heap, nullptr);
-    CommandId command = GetCurrentCommandId(true);
+    TupleTableSlot *slot = table_slot_create(storage.heap, nullptr);
+    TupleTableSlot *check = table_slot_create(storage.heap, nullptr);
     int64 deleted = 0;
     while ((max_rows < 0 || deleted < max_rows) &&
            index_getnext_slot(scan, ForwardScanDirection, slot))
     {
         Record record;
         decode_expiry_fields(slot, record);
-        if (!record.expired(now))
-            continue; // an unfinished claim whose lease still runs
-        TM_FailureData failure;
-        if (heap_delete(rels.heap, &record.tid, command, InvalidSnapshot, false, &failure, false) ==
-            TM_Ok)
+        // An unfinished claim whose lease still runs is not expired.
+        if (record.expired(now) && delete_if_idle(storage, writes, slot, check))
             deleted++;
         CHECK_FOR_INTERRUPTS();
     }
+    ExecDropSingleTupleTableSlot(check);
     ExecDropSingleTupleTableSlot(slot);
     index_endscan(scan);
+    PopActiveSnapshot();
     return deleted;
 }
+
+// ---------------------------------------------------------------------------
+// Key locks and waits
+// ---------------------------------------------------------------------------
 
 static void key_locktag(LOCKTAG *tag, Datum scope, Datum key)
 {

@@ -144,10 +144,13 @@ query(qq{
 	SELECT 'old', 'k' || g, request_hash(g::text), now() - interval '2 days', interval '1 day',
 	       now() - interval '1 day', 'c', 1, now() - interval '2 days', 200, $point, $body, $headers
 	  FROM generate_series(1, 100) AS g;
-	ALTER INDEX idempotency.keys_expires_at_idx RENAME TO hidden_idx});
+	CREATE FUNCTION refuse_deletes() RETURNS trigger LANGUAGE plpgsql AS
+	  \$\$ BEGIN RAISE EXCEPTION 'deletes refused'; END \$\$;
+	CREATE TRIGGER refuse_deletes BEFORE DELETE ON idempotency.keys
+	  FOR EACH ROW EXECUTE FUNCTION refuse_deletes()});
 ok($node->poll_query_until($db, q{SELECT last_error IS NOT NULL FROM idempotency_stats()}),
 	'the sweep fails while the expired keys carry the payload');
-query('ALTER INDEX idempotency.hidden_idx RENAME TO keys_expires_at_idx');
+query('DROP TRIGGER refuse_deletes ON idempotency.keys; DROP FUNCTION refuse_deletes()');
 ok($node->poll_query_until($db, q{SELECT count(*) = 0 FROM idempotency.keys WHERE scope = 'old'}),
 	'once repaired, the sweep deletes them');
 
