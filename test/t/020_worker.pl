@@ -116,6 +116,24 @@ for my $i (1 .. 15)
 }
 is($created, 15, 'CREATE DATABASE never fails while the worker runs');
 
+# Databases dropped while the launcher starts sweepers in them: DROP DATABASE
+# waits for a sweep that has begun, and no sweeper ever starts in a database
+# that is gone (which would log a FATAL that alerting pages on).
+reload_with("idempotency.expire_interval = '10ms'");
+my $log_offset = -s $node->logfile;
+my $dropped = 0;
+for my $i (1 .. 25)
+{
+	create_app_database("dropped$i");
+	my ($ret) = $node->psql('postgres', "DROP DATABASE dropped$i");
+	$dropped++ if $ret == 0;
+}
+is($dropped, 25, 'DROP DATABASE never fails while the launcher sweeps every 10ms');
+my @fatal = grep { /FATAL|ERROR/ }
+  split /\n/, PostgreSQL::Test::Utils::slurp_file($node->logfile, $log_offset);
+is(join("\n", @fatal), '', 'no sweeper logs an error or a FATAL for a dropped database');
+reload_with("idempotency.expire_interval = '200ms'");
+
 # A reload changes the interval.
 reload_with("idempotency.expire_interval = '1h'");
 my $settled = sweeps();
@@ -150,12 +168,18 @@ expires_by_itself('app1', 't', 'the restarted launcher expires keys');
 
 # An error inside a sweep is logged, kept in the statistics, and the next
 # round tries again.
+# A trigger on the table fires for the sweep's deletes, as for any DELETE.
 add_expiring_keys('app1', 10, 'e');
-query('app1', 'ALTER INDEX idempotency.keys_expires_at_idx RENAME TO hidden_idx');
+query('app1', q{
+	CREATE FUNCTION refuse_deletes() RETURNS trigger LANGUAGE plpgsql AS
+	  $$ BEGIN RAISE EXCEPTION 'deletes refused by a trigger'; END $$;
+	CREATE TRIGGER refuse_deletes BEFORE DELETE ON idempotency.keys
+	  FOR EACH ROW EXECUTE FUNCTION refuse_deletes();
+});
 ok( $node->poll_query_until('postgres',
-		q{SELECT last_error LIKE '%keys_expires_at_idx%' FROM idempotency_stats()}),
+		q{SELECT last_error LIKE '%deletes refused by a trigger%' FROM idempotency_stats()}),
 	'a sweep error is reported in idempotency_stats()');
-query('app1', 'ALTER INDEX idempotency.hidden_idx RENAME TO keys_expires_at_idx');
+query('app1', 'DROP TRIGGER refuse_deletes ON idempotency.keys; DROP FUNCTION refuse_deletes()');
 expires_by_itself('app1', 'e', 'after the error the next rounds expire again');
 
 # DROP EXTENSION and DROP DATABASE while the worker is busy there neither
