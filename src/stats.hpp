@@ -37,9 +37,9 @@ void add(Counter counter, uint64 amount = 1);
 struct Snapshot
 {
     uint64 counters[counter_count];
-    TimestampTz last_sweep_at;     // DT_NOBEGIN: none yet
+    TimestampTz last_sweep_at; // DT_NOBEGIN: none yet
     int64 last_sweep_us;
-    TimestampTz last_error_at;     // DT_NOBEGIN: none yet
+    TimestampTz last_error_at; // DT_NOBEGIN: none yet
     char last_error[256];
 };
 Snapshot read();
