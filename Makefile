@@ -2,7 +2,7 @@
 # (packages, build, install), so they must work before pg_config exists.
 EXTENSION = idempotency
 MODULE_big = idempotency
-OBJS = src/module.o src/boundary.o src/sha256.o src/canonical.o src/request_hash.o src/store.o \
+OBJS = src/module.o src/boundary.o src/sha256.o src/canonical.o src/request_hash.o src/store.o src/claims.o \
        src/api.o src/stats.o src/worker.o
 DATA = $(wildcard sql/idempotency--*.sql)
 DOCS = README.md

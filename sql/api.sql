@@ -24,9 +24,37 @@ SELECT outcome, attempt, response_status, response_body, response_headers, creat
   FROM idempotency_begin('shop', 'key-1', request_hash('{"item": "car"}'::jsonb));
 
 -- Scopes are separate namespaces; keys compare byte-wise.
+BEGIN;
 SELECT outcome FROM idempotency_begin('other-shop', 'key-1', request_hash('x'::text));
 SELECT outcome FROM idempotency_begin('shop', 'KEY-1', request_hash('x'::text));
 SELECT outcome FROM idempotency_begin('shop', 'key-1 ', request_hash('x'::text));
+ROLLBACK;
+
+-- A claim outside a transaction block must be settled in its own statement
+-- (complete or release), or be meant to outlive it (an explicit lease): a
+-- forgotten BEGIN fails with IK004 at commit, and the claim rolls back.
+\set VERBOSITY sqlstate
+SELECT outcome FROM idempotency_begin('shop', 'no-begin', request_hash('r'::text));
+\set VERBOSITY default
+SELECT count(*) AS rolled_back FROM idempotency.keys WHERE key = 'no-begin';
+SELECT (idempotency_begin('shop', 'no-begin', request_hash('r'::text))).outcome,
+       idempotency_complete('shop', 'no-begin', 201);
+SELECT outcome FROM idempotency_begin('shop', 'no-begin-2', request_hash('r'::text), lease => '1 minute');
+DO $$
+BEGIN
+    PERFORM idempotency_begin('shop', 'no-begin-3', request_hash('r'::text));
+    PERFORM idempotency_release('shop', 'no-begin-3');
+END $$;
+SELECT key, status FROM idempotency.keys WHERE key LIKE 'no-begin%' ORDER BY key;
+-- A savepoint that rolls back takes the claim with it.
+DO $$
+BEGIN
+    BEGIN
+        PERFORM idempotency_begin('shop', 'no-begin-4', request_hash('r'::text));
+        RAISE EXCEPTION 'undo';
+    EXCEPTION WHEN raise_exception THEN
+    END;
+END $$;
 
 -- Begin twice in one transaction: the same claim, the same attempt.
 BEGIN;
@@ -86,33 +114,40 @@ SELECT recovery_point FROM idempotency_lookup('pay', 'charge-1');
 -- Release ends the lease: the next begin takes over with attempt + 1 and the
 -- recovery point.
 SELECT idempotency_release('pay', 'charge-1', attempt => 1);
-SELECT outcome, attempt, recovery_point FROM idempotency_begin('pay', 'charge-1', request_hash('10 EUR'::text));
+SELECT outcome, attempt, recovery_point FROM idempotency_begin('pay', 'charge-1', request_hash('10 EUR'::text), lease => '1 hour');
 SELECT idempotency_complete('pay', 'charge-1', 200, '{"charged": true}', attempt => 2);
 SELECT outcome, attempt, response_body FROM idempotency_begin('pay', 'charge-1', request_hash('10 EUR'::text));
 
 -- Server errors are not stored by default: the claim is dropped so that a
 -- retry runs again, with the next attempt.
+BEGIN;
 SELECT outcome FROM idempotency_begin('shop', 'flaky', request_hash('r'::text));
 SELECT idempotency_complete('shop', 'flaky', 503, '{"error": "unavailable"}');
+COMMIT;
+BEGIN;
 SELECT outcome, attempt, response_status FROM idempotency_begin('shop', 'flaky', request_hash('r'::text));
 -- ... unless idempotency.store_server_errors is on.
-SET idempotency.store_server_errors = on;
+SET LOCAL idempotency.store_server_errors = on;
 SELECT idempotency_complete('shop', 'flaky', 500, '{"error": "boom"}');
-RESET idempotency.store_server_errors;
+COMMIT;
 SELECT outcome, attempt, response_status, response_body FROM idempotency_begin('shop', 'flaky', request_hash('r'::text));
 
 -- Client errors (4xx) are stored and replayed like any response.
+BEGIN;
 SELECT outcome FROM idempotency_begin('shop', 'bad', request_hash('r'::text));
 SELECT idempotency_complete('shop', 'bad', 422, '{"error": "invalid"}');
+COMMIT;
 SELECT outcome, response_status FROM idempotency_begin('shop', 'bad', request_hash('r'::text));
 
 -- A record past its expiry is treated as absent.
+BEGIN;
 SELECT outcome FROM idempotency_begin('shop', 'short', request_hash('r'::text), ttl => '1 second');
 SELECT idempotency_complete('shop', 'short', 200, '{"v": 1}');
+COMMIT;
 SELECT outcome FROM idempotency_begin('shop', 'short', request_hash('r'::text));
 UPDATE idempotency.keys SET expires_at = now() - interval '1 second' WHERE key = 'short';
 SELECT * FROM idempotency_lookup('shop', 'short');
-SELECT outcome, attempt, response_body FROM idempotency_begin('shop', 'short', request_hash('another'::text));
+SELECT outcome, attempt, response_body FROM idempotency_begin('shop', 'short', request_hash('another'::text), lease => '1 minute');
 
 -- Defaults come from the settings.
 SHOW idempotency.default_ttl;
@@ -121,14 +156,20 @@ SHOW idempotency.default_wait;
 SHOW idempotency.max_key_length;
 SHOW idempotency.max_response_bytes;
 SHOW idempotency.store_server_errors;
-SET idempotency.default_ttl = '1h';
-SET idempotency.default_lease = '5s';
+BEGIN;
+SET LOCAL idempotency.default_ttl = '1h';
+SET LOCAL idempotency.default_lease = '5s';
 SELECT outcome, expires_at - created_at BETWEEN '1 hour' AND '1 hour 1 second' AS ttl_from_setting
   FROM idempotency_begin('shop', 'defaults', request_hash('r'::text));
 SELECT lease_expires_at - created_at BETWEEN '5 seconds' AND '6 seconds' AS lease_from_setting
   FROM idempotency_lookup('shop', 'defaults');
-RESET idempotency.default_ttl;
-RESET idempotency.default_lease;
+COMMIT;
+
+-- A checkpoint without a lease renews the claim's own lease length, not the
+-- setting's.
+SELECT outcome FROM idempotency_begin('pay', 'long', request_hash('r'::text), lease => '2 hours');
+SELECT idempotency_checkpoint('pay', 'long', 'step 1') BETWEEN now() + '119 minutes' AND now() + '121 minutes'
+       AS renewed_by_own_lease;
 
 -- Completing keeps the indexed columns, so the update is HOT (one heap
 -- version added in place, no index entries).

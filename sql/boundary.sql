@@ -19,7 +19,7 @@ RESET idempotency.inject_fault;
 
 -- Same backend, working as before, nothing written by the failed calls.
 SELECT pg_backend_pid() = :backend AS same_backend;
-SELECT outcome FROM idempotency_begin('s', 'k', request_hash('r'::text));
+SELECT outcome FROM idempotency_begin('s', 'k', request_hash('r'::text), lease => '1 minute');
 SELECT count(*) FROM idempotency.keys;
 
 -- Only a superuser may inject faults.

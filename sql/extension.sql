@@ -17,7 +17,7 @@ SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS uncommented
 -- A user's own table named like the usual hand-written one does not clash.
 CREATE TABLE idempotency_keys (key text PRIMARY KEY);
 CREATE TABLE keys (id int);
-SELECT outcome FROM idempotency_begin('s', 'k', request_hash('r'::text));
+SELECT outcome FROM idempotency_begin('s', 'k', request_hash('r'::text), lease => '1 minute');
 DROP TABLE idempotency_keys, keys;
 
 -- DROP EXTENSION removes everything it created, data included.

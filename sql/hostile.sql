@@ -110,12 +110,14 @@ INSERT INTO odd_keys VALUES
     ('leading space', ' key'),
     ('composed', 'é'),
     ('decomposed', E'e\u0301');
+BEGIN;
 SELECT count(*) AS claimed FROM odd_keys,
        LATERAL idempotency_begin('hostile', key, request_hash(name)) AS b
  WHERE b.outcome = 'claimed';
 SELECT count(*) AS completed FROM odd_keys,
        LATERAL idempotency_complete('hostile', key, 200, jsonb_build_object('for', name)) AS done
  WHERE done;
+COMMIT;
 -- Every key replays its own response, and lookup finds exactly its record.
 SELECT o.name, b.outcome, b.response_body ->> 'for' = o.name AS own_response
   FROM odd_keys AS o, LATERAL idempotency_begin('hostile', o.key, request_hash(o.name)) AS b
@@ -126,8 +128,8 @@ SELECT count(*) AS own_lookups FROM odd_keys AS o,
 SELECT count(*) AS stored_byte_for_byte FROM odd_keys AS o
   JOIN idempotency.keys AS k ON k.scope = 'hostile' AND convert_to(k.key, 'UTF8') = convert_to(o.key, 'UTF8');
 -- Odd scopes are namespaces of their own.
-SELECT outcome FROM idempotency_begin(chr(1), 'key', request_hash('r'::text));
-SELECT outcome FROM idempotency_begin(chr(1) || ' ', 'key', request_hash('r'::text));
+SELECT outcome FROM idempotency_begin(chr(1), 'key', request_hash('r'::text), lease => '1 hour');
+SELECT outcome FROM idempotency_begin(chr(1) || ' ', 'key', request_hash('r'::text), lease => '1 hour');
 SELECT count(*) AS scopes FROM idempotency_scope_stats() WHERE scope LIKE chr(1) || '%';
 
 --
@@ -148,8 +150,9 @@ SELECT pg_temp.try($$ SELECT * FROM idempotency_lookup('hostile', repeat('😀',
 
 --
 -- max_response_bytes counts the uncompressed jsonb bytes of body plus
--- headers, to the byte, whether or not the body was stored compressed.
--- The body carries a marker that no message may show.
+-- headers, to the byte, whether or not the body was stored compressed: one
+-- byte over and the body is not stored (a WARNING says so).  The body
+-- carries a marker that no message may show.
 --
 CREATE TEMP TABLE big (body jsonb, bigger jsonb);
 INSERT INTO big SELECT jsonb_build_object('marker', 'BODY-MARKER-' || repeat('x', 100000)),
@@ -163,12 +166,16 @@ SELECT outcome FROM idempotency_begin('hostile', 'big', request_hash('r'::text),
 BEGIN;
 SELECT idempotency_complete('hostile', 'big', 200, (SELECT body FROM big), '{"h": "a"}') AS at_limit;
 ROLLBACK;
-SELECT pg_temp.try($$ SELECT idempotency_complete('hostile', 'big', 200,
-                                                  (SELECT bigger FROM big), '{"h": "a"}') $$)
+BEGIN;
+SELECT idempotency_complete('hostile', 'big', 200, (SELECT bigger FROM big), '{"h": "a"}')
        AS one_byte_over;
-SELECT pg_temp.try($$ SELECT idempotency_complete('hostile', 'big', 200,
-                                                  (SELECT body FROM big), '{"h": "ab"}') $$)
+SELECT response_body IS NULL AS body_omitted, response_body_omitted FROM idempotency_lookup('hostile', 'big');
+ROLLBACK;
+BEGIN;
+SELECT idempotency_complete('hostile', 'big', 200, (SELECT body FROM big), '{"h": "ab"}')
        AS one_header_byte_over;
+SELECT response_body IS NULL AS body_omitted, response_body_omitted FROM idempotency_lookup('hostile', 'big');
+ROLLBACK;
 RESET idempotency.max_response_bytes;
 
 DROP EXTENSION idempotency;

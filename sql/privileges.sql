@@ -5,16 +5,16 @@ CREATE EXTENSION idempotency;
 CREATE ROLE regress_idem_app NOLOGIN;
 CREATE ROLE regress_idem_outsider NOLOGIN;
 
+BEGIN;
 SELECT outcome FROM idempotency_begin('tenant-a', 'k', request_hash('r'::text));
 SELECT idempotency_complete('tenant-a', 'k', 200, '{"private": true}');
+COMMIT;
 
--- The grants from the README.
+-- The grants from the README: by name, so that they hold whatever the
+-- argument lists of a version.
 GRANT EXECUTE ON FUNCTION
-    idempotency_begin(text, text, request_hash, interval, interval, interval),
-    idempotency_complete(text, text, integer, jsonb, jsonb, integer),
-    idempotency_checkpoint(text, text, text, interval, integer),
-    idempotency_release(text, text, integer),
-    idempotency_lookup(text, text)
+    idempotency_begin, idempotency_complete, idempotency_checkpoint, idempotency_release,
+    idempotency_lookup
     TO regress_idem_app;
 
 \set VERBOSITY terse
@@ -36,21 +36,26 @@ SELECT outcome, response_body FROM idempotency_begin('tenant-a', 'k', request_ha
 SELECT outcome, attempt FROM idempotency_begin('tenant-b', 'k', request_hash('r'::text), lease => '1 hour');
 SELECT idempotency_checkpoint('tenant-b', 'k', 'step 1') IS NOT NULL AS checkpointed;
 SELECT idempotency_release('tenant-b', 'k');
-SELECT outcome, attempt FROM idempotency_begin('tenant-b', 'k', request_hash('r'::text));
+SELECT outcome, attempt FROM idempotency_begin('tenant-b', 'k', request_hash('r'::text), lease => '1 hour');
 SELECT idempotency_complete('tenant-b', 'k', 201);
 SELECT status, response_status FROM idempotency_lookup('tenant-b', 'k');
 -- the application still cannot touch the table directly
 SELECT count(*) FROM idempotency.keys;
 RESET ROLE;
 
--- No function of the extension is executable by PUBLIC but the type's.
+-- No function of the extension is executable by PUBLIC but the type's, and
+-- idempotency_key_problem, which reads nothing but its arguments and a setting.
 SELECT p.proname
   FROM pg_depend d JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
  WHERE d.refclassid = 'pg_extension'::regclass
    AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idempotency')
    AND has_function_privilege('public', p.oid, 'EXECUTE')
    AND p.proname NOT LIKE 'request_hash%'
+   AND p.proname <> 'idempotency_key_problem'
  ORDER BY 1;
+SET ROLE regress_idem_outsider;
+SELECT idempotency_key_problem('s', '') AS problem;
+RESET ROLE;
 
 DROP EXTENSION idempotency;
 DROP ROLE regress_idem_app;

@@ -132,8 +132,10 @@ SELECT DISTINCT h FROM (VALUES (app.request_hash('b'::text)), (app.request_hash(
  ORDER BY h;
 
 -- The API: a one-phase request, a two-phase one, lookups, expiry, statistics.
+BEGIN;
 SELECT outcome, attempt FROM app.idempotency_begin('shop', 'k1', app.request_hash('r'::text));
 SELECT app.idempotency_complete('shop', 'k1', 201, '{"order": 1}', '{"Location": "/orders/1"}');
+COMMIT;
 SELECT outcome, response_status, response_body, response_headers
   FROM app.idempotency_begin('shop', 'k1', app.request_hash('r'::text));
 SELECT outcome FROM app.idempotency_begin('shop', 'k1', app.request_hash('other'::text));
@@ -144,7 +146,7 @@ SELECT app.idempotency_checkpoint('pay', 'p1', 'step 1', lease => '1 hour', atte
        IS NOT NULL AS checkpointed;
 SELECT app.idempotency_release('pay', 'p1', attempt => 1);
 SELECT outcome, attempt, recovery_point
-  FROM app.idempotency_begin('pay', 'p1', app.request_hash('r'::text));
+  FROM app.idempotency_begin('pay', 'p1', app.request_hash('r'::text), lease => '1 hour');
 SELECT app.idempotency_complete('pay', 'p1', 503, attempt => 2) AS stored;
 SELECT status, attempt, response_status, response_body, recovery_point
   FROM app.idempotency_lookup('shop', 'k1');

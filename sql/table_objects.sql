@@ -19,8 +19,10 @@ $$;
 
 -- An index added by hand is maintained by claims, completions and expiry.
 CREATE INDEX keys_request_idx ON idempotency.keys (request);
+BEGIN;
 SELECT outcome FROM idempotency_begin('s', 'indexed', request_hash('r'::text));
 SELECT idempotency_complete('s', 'indexed', 201, '{"order": 1}');
+COMMIT;
 SET enable_seqscan = off;
 SELECT key FROM idempotency.keys WHERE request = request_hash('r'::text);
 RESET enable_seqscan;
@@ -44,7 +46,7 @@ BEGIN;
 SELECT outcome FROM idempotency_begin('s', 'logged', request_hash('r'::text), ttl => '1 hour');
 SELECT idempotency_complete('s', 'logged', 201);
 COMMIT;
-SELECT outcome FROM idempotency_begin('s', 'two-phase', request_hash('r'::text));
+SELECT outcome FROM idempotency_begin('s', 'two-phase', request_hash('r'::text), lease => '1 hour');
 SELECT idempotency_checkpoint('s', 'two-phase', 'charged') > now() AS lease_renewed;
 UPDATE idempotency.keys SET expires_at = now() - interval '1 second' WHERE key = 'logged';
 SELECT idempotency_expire() AS expired;

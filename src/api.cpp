@@ -1,5 +1,6 @@
 // SQL entry points: argument checks, then the store, then the result.
 #include "boundary.hpp"
+#include "claims.hpp"
 #include "module.hpp"
 #include "stats.hpp"
 #include "store.hpp"
@@ -27,6 +28,7 @@ extern "C"
 namespace
 {
 
+using idempotency::key_for_message;
 using idempotency::RequestHash;
 using idempotency::store::Record;
 using idempotency::store::Storage;
@@ -51,62 +53,81 @@ constexpr int64 max_wait_us = int64(3600) * USECS_PER_SEC;
 // Arguments
 // ---------------------------------------------------------------------------
 
+// Errors about the caller's arguments keep the statement out of the server
+// log (errhidestmt): with client-side binding its text holds the request's
+// data, which a log must not.  The message itself shows a key's prefix at
+// most (key_for_message).
+
 Datum required_arg(FunctionCallInfo fcinfo, int n, const char *name)
 {
     if (PG_ARGISNULL(n))
         ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                        errmsg("%s must not be null", name)));
+                        errmsg("%s must not be null", name), errhidestmt(true)));
     return PG_GETARG_DATUM(n);
 }
 
-// The key as it may appear in a message: a prefix at most.
-char *key_for_message(Datum key)
+// The one rule for keys and scopes: key_args raises what it finds,
+// idempotency_key_problem reports it.
+enum class KeyProblem
 {
-    constexpr int shown_bytes = 32;
-    const text *t = DatumGetTextPP(key);
-    int len = VARSIZE_ANY_EXHDR(t);
-    int clip = pg_mbcliplen(VARDATA_ANY(t), len, shown_bytes);
-    return psprintf("%.*s%s", clip, VARDATA_ANY(t), clip < len ? "..." : "");
-}
-
-struct KeyArgs
-{
-    Datum scope; // detoasted text
-    Datum key;   // detoasted text
+    none,
+    empty_key,
+    long_scope,
+    long_key
 };
 
-void check_length(Datum value, const char *name)
+bool too_long(Datum value)
 {
-    int len = VARSIZE_ANY_EXHDR(DatumGetTextPP(value));
-    if (len > settings::max_key_length)
-        ereport(ERROR, (errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-                        errmsg("%s \"%s\" is too long (%d bytes)", name, key_for_message(value), len),
-                        errdetail("idempotency.max_key_length is %d bytes.",
-                                  settings::max_key_length)));
+    return int(VARSIZE_ANY_EXHDR(DatumGetTextPP(value))) > settings::max_key_length;
 }
 
-// With idempotency.tenant_isolation = role, the stored scope is the calling
-// role's OID, a slash, then the caller's scope: no role can name another
-// role's keys, whatever scope it passes.
-Datum scope_of_caller(Datum scope)
+KeyProblem key_problem(Datum scope, Datum key)
 {
-    if (settings::tenant_isolation != settings::tenant_isolation_role)
-        return scope;
-    const text *t = DatumGetTextPP(scope);
-    return CStringGetTextDatum(
-        psprintf("%u/%.*s", GetUserId(), int(VARSIZE_ANY_EXHDR(t)), VARDATA_ANY(t)));
+    if (VARSIZE_ANY_EXHDR(DatumGetTextPP(key)) == 0)
+        return KeyProblem::empty_key;
+    if (too_long(scope))
+        return KeyProblem::long_scope;
+    return too_long(key) ? KeyProblem::long_key : KeyProblem::none;
 }
 
-KeyArgs key_args(FunctionCallInfo fcinfo)
+[[noreturn]] void report_too_long(Datum value, const char *name)
 {
-    KeyArgs args;
+    ereport(ERROR, (errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+                    errmsg("%s \"%s\" is too long (%d bytes)", name, key_for_message(value),
+                           int(VARSIZE_ANY_EXHDR(DatumGetTextPP(value)))),
+                    errdetail("idempotency.max_key_length is %d bytes.", settings::max_key_length),
+                    errhidestmt(true)));
+    pg_unreachable();
+}
+
+// With idempotency.tenant_isolation = role, every key belongs to the role
+// that calls (current_user: SET ROLE and SECURITY DEFINER functions change
+// it), held in a column of its own: no scope a caller passes can name another
+// role's keys.  Without it, keys belong to no role.
+Oid tenant_of_caller()
+{
+    return settings::tenant_isolation == settings::tenant_isolation_role ? GetUserId() : InvalidOid;
+}
+
+store::Key key_args(FunctionCallInfo fcinfo)
+{
+    store::Key args;
+    args.tenant = tenant_of_caller();
     args.scope = PointerGetDatum(DatumGetTextPP(required_arg(fcinfo, 0, "scope")));
     args.key = PointerGetDatum(DatumGetTextPP(required_arg(fcinfo, 1, "key")));
-    if (VARSIZE_ANY_EXHDR(DatumGetTextPP(args.key)) == 0)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("key must not be empty")));
-    check_length(args.scope, "scope");
-    check_length(args.key, "key");
-    args.scope = scope_of_caller(args.scope);
+    switch (key_problem(args.scope, args.key))
+    {
+        case KeyProblem::empty_key:
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("key must not be empty"), errhidestmt(true)));
+            break;
+        case KeyProblem::long_scope:
+            report_too_long(args.scope, "scope");
+        case KeyProblem::long_key:
+            report_too_long(args.key, "key");
+        case KeyProblem::none:
+            break;
+    }
     return args;
 }
 
@@ -129,36 +150,59 @@ Interval *interval_from_us(int64 us)
     return interval;
 }
 
-// An optional interval argument within (min, max], or [0, max] when zero is allowed.
-Interval *interval_arg(FunctionCallInfo fcinfo, int n, const char *name, int64 default_us,
-                       bool zero_allowed, int64 max_us, const char *range_text)
+// Whether optional argument `n` was given, not NULL.  A function declared by
+// an older version's install script, not yet updated, passes fewer
+// arguments: the later ones count as not given.
+bool has_arg(FunctionCallInfo fcinfo, int n)
 {
-    if (PG_ARGISNULL(n))
-        return interval_from_us(default_us);
+    return n < PG_NARGS() && !PG_ARGISNULL(n);
+}
+
+// An optional interval argument within (min, max], or [0, max] when zero is
+// allowed; nullptr when not given.
+Interval *optional_interval_arg(FunctionCallInfo fcinfo, int n, const char *name, bool zero_allowed,
+                                int64 max_us, const char *range_text)
+{
+    if (!has_arg(fcinfo, n))
+        return nullptr;
     Interval *interval = PG_GETARG_INTERVAL_P(n);
     __int128 span = interval_span_us(interval);
     if (span < 0 || (span == 0 && !zero_allowed) || span > max_us)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("invalid %s \"%s\"", name, interval_text(interval)),
-                        errdetail("%s must be %s.", name, range_text)));
+                        errdetail("%s must be %s.", name, range_text), errhidestmt(true)));
     return interval;
 }
 
 Interval *ttl_arg(FunctionCallInfo fcinfo, int n)
 {
-    return interval_arg(fcinfo, n, "ttl", int64(settings::default_ttl_s) * USECS_PER_SEC, false,
-                        max_ttl_or_lease_us, "greater than zero and at most 3650 days");
+    Interval *ttl = optional_interval_arg(fcinfo, n, "ttl", false, max_ttl_or_lease_us,
+                                          "greater than zero and at most 3650 days");
+    return ttl ? ttl : interval_from_us(int64(settings::default_ttl_s) * USECS_PER_SEC);
 }
 
-Interval *lease_arg(FunctionCallInfo fcinfo, int n)
+// The lease argument, nullptr when not given: the caller knows the default.
+Interval *optional_lease_arg(FunctionCallInfo fcinfo, int n)
 {
-    return interval_arg(fcinfo, n, "lease", int64(settings::default_lease_ms) * 1000, false,
-                        max_ttl_or_lease_us, "greater than zero and at most 3650 days");
+    return optional_interval_arg(fcinfo, n, "lease", false, max_ttl_or_lease_us,
+                                 "greater than zero and at most 3650 days");
+}
+
+Interval *default_lease()
+{
+    return interval_from_us(int64(settings::default_lease_ms) * 1000);
+}
+
+int64 wait_arg_us(FunctionCallInfo fcinfo, int n)
+{
+    Interval *wait =
+        optional_interval_arg(fcinfo, n, "wait", true, max_wait_us, "between 0 and 1 hour");
+    return wait ? int64(interval_span_us(wait)) : int64(settings::default_wait_ms) * 1000;
 }
 
 bool optional_int_arg(FunctionCallInfo fcinfo, int n, int32 *value)
 {
-    if (PG_ARGISNULL(n))
+    if (!has_arg(fcinfo, n))
         return false;
     *value = PG_GETARG_INT32(n);
     return true;
@@ -169,10 +213,12 @@ void require_writable(const char *function)
     if (RecoveryInProgress())
         ereport(ERROR, (errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
                         errmsg("cannot call %s() during recovery", function),
-                        errhint("Call it on the primary; idempotency_lookup() works on a standby.")));
+                        errhint("Call it on the primary; idempotency_lookup() works on a standby."),
+                        errhidestmt(true)));
     if (XactReadOnly)
         ereport(ERROR, (errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-                        errmsg("cannot call %s() in a read-only transaction", function)));
+                        errmsg("cannot call %s() in a read-only transaction", function),
+                        errhidestmt(true)));
 }
 
 // ---------------------------------------------------------------------------
@@ -247,10 +293,11 @@ bool needs_claim(KeyState state)
 
 struct BeginArgs
 {
-    KeyArgs key;
+    store::Key key;
     Datum request;
     Interval *ttl;
     Interval *lease;
+    bool lease_given; // the two-phase pattern's explicit lease
     int64 wait_us;
 };
 
@@ -298,8 +345,6 @@ void fill_claim(Record &record, const BeginArgs &args, KeyState state, Timestamp
         record.set(store::col_attempt, Int32GetDatum(record.attempt() + 1));
     else
     {
-        record.set(store::col_scope, args.key.scope);
-        record.set(store::col_key, args.key.key);
         record.set(store::col_request, args.request);
         record.set(store::col_created_at, TimestampTzGetDatum(now));
         record.set(store::col_attempt, Int32GetDatum(1));
@@ -308,8 +353,10 @@ void fill_claim(Record &record, const BeginArgs &args, KeyState state, Timestamp
         record.set_null(store::col_recovery_point);
         record.set_null(store::col_response_body);
         record.set_null(store::col_response_headers);
+        record.set_null(store::col_response_body_bytes);
     }
     record.set(store::col_ttl, IntervalPGetDatum(args.ttl));
+    record.set(store::col_lease, IntervalPGetDatum(args.lease));
     record.set(store::col_expires_at, TimestampTzGetDatum(expiry_after(now, args.ttl)));
     record.set(store::col_status, CharGetDatum(store::status_in_progress));
     record.set(store::col_lease_expires_at, TimestampTzGetDatum(plus_interval(now, args.lease)));
@@ -326,7 +373,7 @@ constexpr long busy_reread_pause_us = 100;
 KeyState observe(Storage &storage, const BeginArgs &args, Record &record, TimestampTz &now)
 {
     now = GetCurrentTimestamp();
-    record = store::read_latest(storage, args.key.scope, args.key.key);
+    record = store::read_latest(storage, args.key);
     return classify(record, idempotency::datum_get_request_hash(args.request), now);
 }
 
@@ -339,7 +386,7 @@ BeginAnswer begin_once(Storage &storage, const BeginArgs &args)
     if (!needs_claim(state))
         return answer_without_claim(state, record, now); // replays take no lock and write nothing
 
-    for (int reread = 0; !store::lock_key(args.key.scope, args.key.key, false); reread++)
+    for (int reread = 0; !store::lock_key(args.key, false); reread++)
     {
         if (reread == busy_rereads)
             return held_by_transaction(record);
@@ -363,12 +410,12 @@ BeginAnswer begin_once(Storage &storage, const BeginArgs &args)
                 record.set_null(store::Column(column));
         fill_claim(record, args, state, now);
         if (state == KeyState::absent)
-            store::insert_record(storage, record);
+            store::insert_record(storage, args.key, record);
         else
             store::update_record(storage, record);
         result = answer(Outcome::claimed, record);
     }
-    store::unlock_key(args.key.scope, args.key.key);
+    store::unlock_key(args.key);
     return result;
 }
 
@@ -441,15 +488,17 @@ const BeginResultType *begin_result_type(FunctionCallInfo fcinfo)
     type->desc = BlessTupleDesc(desc);
     Oid enum_type = TupleDescAttr(desc, 0)->atttypid;
     for (int i = 0; i < 4; i++)
-        type->outcome_oids[i] = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
-                                                ObjectIdGetDatum(enum_type),
-                                                CStringGetDatum(outcome_labels[i]));
+        type->outcome_oids[i] =
+            GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid, ObjectIdGetDatum(enum_type),
+                            CStringGetDatum(outcome_labels[i]));
     MemoryContextSwitchTo(old);
     fcinfo->flinfo->fn_extra = type;
     return type;
 }
 
-// Result columns of idempotency_begin, in declaration order.
+// Result columns of idempotency_begin, in declaration order.  Called through
+// an older version's declaration, the result type has fewer columns, and
+// heap_form_tuple takes only those.
 enum BeginColumn
 {
     out_outcome,
@@ -461,6 +510,9 @@ enum BeginColumn
     out_retry_after,
     out_created_at,
     out_expires_at,
+    // 0.2.0
+    out_response_body_bytes,
+    out_response_body_omitted,
     begin_column_count
 };
 
@@ -490,6 +542,8 @@ Datum begin_result(FunctionCallInfo fcinfo, const BeginAnswer &result)
         copy(out_response_status, store::col_response_status);
         copy(out_response_body, store::col_response_body);
         copy(out_response_headers, store::col_response_headers);
+        copy(out_response_body_bytes, store::col_response_body_bytes);
+        copy(out_response_body_omitted, store::col_response_body_omitted);
     }
     if (result.outcome == Outcome::claimed)
         copy(out_recovery_point, store::col_recovery_point);
@@ -519,24 +573,25 @@ struct HeldClaim
 // separate transactions, or a claim this backend did not write last) the key
 // is read under the key lock, after waiting for another transaction's
 // uncommitted change, as an UPDATE waits for a concurrent one.
-HeldClaim held_claim(Storage &storage, const KeyArgs &key, bool has_attempt, int32 attempt)
+HeldClaim held_claim(Storage &storage, const store::Key &key, bool has_attempt, int32 attempt)
 {
     HeldClaim claim;
-    claim.locked = !store::fetch_own_claim(storage, key.scope, key.key, &claim.record);
+    claim.locked = !store::fetch_own_claim(storage, key, &claim.record);
     while (claim.locked)
     {
-        store::lock_key(key.scope, key.key, true);
-        claim.record = store::read_latest(storage, key.scope, key.key);
+        store::lock_key(key, true);
+        claim.record = store::read_latest(storage, key);
         if (!claim.record.held_by_other())
             break;
-        store::unlock_key(key.scope, key.key);
+        store::unlock_key(key);
         store::wait_for_transaction(claim.record.writer_xid);
     }
     const Record &record = claim.record;
-    if (!record.found || (record.writer == Writer::committed && record.expired(GetCurrentTimestamp())))
+    if (!record.found ||
+        (record.writer == Writer::committed && record.expired(GetCurrentTimestamp())))
         ereport(ERROR, (errcode(errcode_key_not_claimed),
                         errmsg("idempotency key \"%s\" is not claimed", key_for_message(key.key)),
-                        errhint("Call idempotency_begin() first.")));
+                        errhint("Call idempotency_begin() first."), errhidestmt(true)));
     // A fenced-off holder hears that first: its result must not be stored.
     if (has_attempt && attempt != record.attempt())
         ereport(ERROR, (errcode(errcode_stale_attempt),
@@ -544,57 +599,129 @@ HeldClaim held_claim(Storage &storage, const KeyArgs &key, bool has_attempt, int
                                key_for_message(key.key)),
                         errdetail("The key's current attempt is %d: its lease ended and another "
                                   "caller took it over.",
-                                  record.attempt())));
+                                  record.attempt()),
+                        errhidestmt(true)));
     if (record.completed())
         ereport(ERROR,
                 (errcode(errcode_key_completed),
-                 errmsg("idempotency key \"%s\" is already completed", key_for_message(key.key))));
+                 errmsg("idempotency key \"%s\" is already completed", key_for_message(key.key)),
+                 errhidestmt(true)));
     return claim;
 }
 
-void write_claim(Storage &storage, const KeyArgs &key, HeldClaim &claim)
+void write_claim(Storage &storage, const store::Key &key, HeldClaim &claim)
 {
     store::update_record(storage, claim.record);
     if (claim.locked)
-        store::unlock_key(key.scope, key.key);
+        store::unlock_key(key);
 }
+
+// Whether a change settles the claim: completes or releases it.
+enum class Settles
+{
+    no,
+    yes
+};
 
 // Finds the caller's in-progress claim, lets `change` edit it, and writes it
 // back: the common course of complete, checkpoint and release.
 template <typename Change>
-void change_held_claim(const KeyArgs &key, bool has_attempt, int32 attempt, Change change)
+void change_held_claim(const store::Key &key_arg, bool has_attempt, int32 attempt, Settles settles,
+                       Change change)
 {
     Storage storage = store::open(RowExclusiveLock);
+    store::Key key = store::stored_key(storage, key_arg);
     HeldClaim claim = held_claim(storage, key, has_attempt, attempt);
-    change(claim.record);
+    change(storage, claim.record);
     write_claim(storage, key, claim);
     store::close(storage);
+    if (settles == Settles::yes)
+        idempotency::claims::note_settled(key);
 }
 
-// The uncompressed size of a varlena argument, 0 when NULL.
+// The uncompressed size of a varlena argument, 0 when not given.
 int64 argument_bytes(FunctionCallInfo fcinfo, int n)
 {
-    return PG_ARGISNULL(n) ? 0 : int64(toast_raw_datum_size(PG_GETARG_DATUM(n)));
+    return has_arg(fcinfo, n) ? int64(toast_raw_datum_size(PG_GETARG_DATUM(n))) : 0;
 }
 
-// What a key stores beyond its claim -- response, recovery point -- is
-// limited by idempotency.max_response_bytes.
-void check_stored_size(int64 bytes, const char *what, const KeyArgs &key)
+// A recovery point is limited by idempotency.max_response_bytes.
+void check_stored_size(int64 bytes, const char *what, const store::Key &key)
 {
     if (bytes > settings::max_response_bytes)
         ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
                         errmsg("%s of idempotency key \"%s\" is too large (%lld bytes)", what,
                                key_for_message(key.key), (long long)bytes),
                         errdetail("idempotency.max_response_bytes is %d bytes.",
-                                  settings::max_response_bytes)));
+                                  settings::max_response_bytes),
+                        errhidestmt(true)));
 }
 
 void set_optional(Record &record, store::Column column, FunctionCallInfo fcinfo, int n)
 {
-    if (PG_ARGISNULL(n))
-        record.set_null(column);
-    else
+    if (has_arg(fcinfo, n))
         record.set(column, PG_GETARG_DATUM(n));
+    else
+        record.set_null(column);
+}
+
+// Arguments of idempotency_complete, by position.
+enum CompleteArg
+{
+    complete_status = 2,
+    complete_body,
+    complete_headers,
+    complete_attempt,
+    complete_body_bytes
+};
+
+// What of a response gets stored.  A response over idempotency.max_response_bytes
+// is still completed -- failing would roll the work back, and every retry
+// would do it again and fail again -- but without its body (and without its
+// headers, when they alone are over), marked as omitted.
+struct StoredResponse
+{
+    bool body;
+    bool headers;
+    int64 size;
+};
+
+StoredResponse response_to_store(FunctionCallInfo fcinfo)
+{
+    if (has_arg(fcinfo, complete_body) && has_arg(fcinfo, complete_body_bytes))
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("response_body and response_body_bytes cannot both be given"),
+                        errhint("Pass a JSON body as response_body, any other body as "
+                                "response_body_bytes."),
+                        errhidestmt(true)));
+    int64 body =
+        argument_bytes(fcinfo, complete_body) + argument_bytes(fcinfo, complete_body_bytes);
+    int64 headers = argument_bytes(fcinfo, complete_headers);
+    int64 limit = settings::max_response_bytes;
+    return StoredResponse{body + headers <= limit, headers <= limit, body + headers};
+}
+
+void warn_omitted(const store::Key &key, const StoredResponse &response)
+{
+    ereport(WARNING,
+            (errcode(ERRCODE_WARNING),
+             errmsg("the response body of idempotency key \"%s\" is not stored",
+                    key_for_message(key.key)),
+             errdetail("The response is %lld bytes; idempotency.max_response_bytes is %d bytes. "
+                       "Replays return its status%s, with response_body_omitted set.",
+                       (long long)response.size, settings::max_response_bytes,
+                       response.headers ? " and headers" : ""),
+             errhidestmt(true)));
+}
+
+// Columns that a table still at 0.1.0 lacks cannot take what the caller gave.
+void require_column(const Storage &storage, store::Column column, const char *what)
+{
+    if (!storage.has(column))
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("%s needs the extension's 0.2.0 storage", what),
+                        errhint("Run ALTER EXTENSION idempotency UPDATE in this database."),
+                        errhidestmt(true)));
 }
 
 } // namespace
@@ -605,52 +732,70 @@ IDEMPOTENCY_FUNCTION(idempotency_begin)
     args.key = key_args(fcinfo);
     args.request = required_arg(fcinfo, 2, "request");
     args.ttl = ttl_arg(fcinfo, 3);
-    args.lease = lease_arg(fcinfo, 4);
-    args.wait_us = interval_span_us(interval_arg(fcinfo, 5, "wait",
-                                                 int64(settings::default_wait_ms) * 1000, true,
-                                                 max_wait_us, "between 0 and 1 hour"));
+    Interval *lease = optional_lease_arg(fcinfo, 4);
+    args.lease_given = lease != nullptr;
+    args.lease = args.lease_given ? lease : default_lease();
+    args.wait_us = wait_arg_us(fcinfo, 5);
     require_writable("idempotency_begin");
 
     Storage storage = store::open(RowExclusiveLock);
+    args.key = store::stored_key(storage, args.key);
     BeginAnswer result = begin(storage, args);
     store::close(storage);
+    if (result.outcome == Outcome::claimed)
+        idempotency::claims::note_claim(args.key, args.lease_given);
     return begin_result(fcinfo, result);
 }
 
 IDEMPOTENCY_FUNCTION(idempotency_complete)
 {
-    KeyArgs key = key_args(fcinfo);
-    int32 status = DatumGetInt32(required_arg(fcinfo, 2, "response_status"));
+    store::Key key = key_args(fcinfo);
+    int32 status = DatumGetInt32(required_arg(fcinfo, complete_status, "response_status"));
     if (status < 100 || status > 599)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("invalid response_status %d", status),
-                        errdetail("An HTTP status code is between 100 and 599.")));
-    check_stored_size(argument_bytes(fcinfo, 3) + argument_bytes(fcinfo, 4), "response", key);
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                 errmsg("invalid response_status %d", status),
+                 errdetail("An HTTP status code is between 100 and 599."), errhidestmt(true)));
+    StoredResponse response = response_to_store(fcinfo);
     int32 attempt = 0;
-    bool has_attempt = optional_int_arg(fcinfo, 5, &attempt);
+    bool has_attempt = optional_int_arg(fcinfo, complete_attempt, &attempt);
     require_writable("idempotency_complete");
 
     bool store_response = status < 500 || settings::store_server_errors;
-    change_held_claim(key, has_attempt, attempt, [&](Record &record) {
-        TimestampTz now = GetCurrentTimestamp();
-        if (store_response)
-        {
+    change_held_claim(
+        key, has_attempt, attempt, Settles::yes, [&](const Storage &storage, Record &record) {
+            TimestampTz now = GetCurrentTimestamp();
+            if (!store_response)
+            {
+                // A server error is transient: drop the claim so that a retry runs again.
+                record.set(store::col_lease_expires_at, TimestampTzGetDatum(now));
+                return;
+            }
+            if (has_arg(fcinfo, complete_body_bytes))
+                require_column(storage, store::col_response_body_bytes, "response_body_bytes");
+            if (!response.body && !storage.has(store::col_response_body_omitted))
+                check_stored_size(response.size, "response", key); // 0.1.0 refused it
             record.set(store::col_status, CharGetDatum(store::status_completed));
             record.set(store::col_completed_at, TimestampTzGetDatum(now));
             record.set(store::col_expires_at,
-                       TimestampTzGetDatum(expiry_after(
-                           now, DatumGetIntervalP(record.values[store::col_ttl]))));
+                       TimestampTzGetDatum(
+                           expiry_after(now, DatumGetIntervalP(record.values[store::col_ttl]))));
             record.set_null(store::col_lease_expires_at);
             record.set(store::col_response_status, Int32GetDatum(status));
-            set_optional(record, store::col_response_body, fcinfo, 3);
-            set_optional(record, store::col_response_headers, fcinfo, 4);
-        }
-        else
-        {
-            // A server error is transient: drop the claim so that a retry runs again.
-            record.set(store::col_lease_expires_at, TimestampTzGetDatum(now));
-        }
-    });
+            record.set_null(store::col_response_body);
+            record.set_null(store::col_response_body_bytes);
+            record.set_null(store::col_response_headers);
+            if (response.body)
+            {
+                set_optional(record, store::col_response_body, fcinfo, complete_body);
+                set_optional(record, store::col_response_body_bytes, fcinfo, complete_body_bytes);
+            }
+            if (response.headers)
+                set_optional(record, store::col_response_headers, fcinfo, complete_headers);
+            record.set(store::col_response_body_omitted, BoolGetDatum(!response.body));
+        });
+    if (store_response && !response.body)
+        warn_omitted(key, response);
     idempotency::stats::add(store_response ? idempotency::stats::completes
                                            : idempotency::stats::server_errors_dropped);
     PG_RETURN_BOOL(store_response);
@@ -658,18 +803,23 @@ IDEMPOTENCY_FUNCTION(idempotency_complete)
 
 IDEMPOTENCY_FUNCTION(idempotency_checkpoint)
 {
-    KeyArgs key = key_args(fcinfo);
+    store::Key key = key_args(fcinfo);
     check_stored_size(argument_bytes(fcinfo, 2), "recovery_point", key);
-    Interval *lease = lease_arg(fcinfo, 3);
+    Interval *lease = optional_lease_arg(fcinfo, 3);
     int32 attempt = 0;
     bool has_attempt = optional_int_arg(fcinfo, 4, &attempt);
     require_writable("idempotency_checkpoint");
 
     TimestampTz lease_end;
-    change_held_claim(key, has_attempt, attempt, [&](Record &record) {
+    change_held_claim(key, has_attempt, attempt, Settles::no, [&](const Storage &, Record &record) {
+        // Without a lease, the claim's own lease length, as begin set it.
+        if (lease == nullptr)
+            lease = record.nulls[store::col_lease]
+                        ? default_lease()
+                        : DatumGetIntervalP(record.values[store::col_lease]);
         lease_end = plus_interval(GetCurrentTimestamp(), lease);
         // A NULL recovery point is a plain heartbeat: the last one is kept.
-        if (!PG_ARGISNULL(2))
+        if (has_arg(fcinfo, 2))
             record.set(store::col_recovery_point, PG_GETARG_DATUM(2));
         record.set(store::col_lease_expires_at, TimestampTzGetDatum(lease_end));
     });
@@ -679,16 +829,46 @@ IDEMPOTENCY_FUNCTION(idempotency_checkpoint)
 
 IDEMPOTENCY_FUNCTION(idempotency_release)
 {
-    KeyArgs key = key_args(fcinfo);
+    store::Key key = key_args(fcinfo);
     int32 attempt = 0;
     bool has_attempt = optional_int_arg(fcinfo, 2, &attempt);
     require_writable("idempotency_release");
 
-    change_held_claim(key, has_attempt, attempt, [](Record &record) {
+    change_held_claim(key, has_attempt, attempt, Settles::yes, [](const Storage &, Record &record) {
         record.set(store::col_lease_expires_at, TimestampTzGetDatum(GetCurrentTimestamp()));
     });
     idempotency::stats::add(idempotency::stats::releases);
     PG_RETURN_VOID();
+}
+
+// What is wrong with a scope and key, NULL when nothing: the same rule the
+// other functions raise errors for, so that a handler can answer 400 without
+// relying on an error (whose statement a log might keep).
+IDEMPOTENCY_FUNCTION(idempotency_key_problem)
+{
+    const char *problem = nullptr;
+    if (PG_ARGISNULL(0))
+        problem = "scope is null";
+    else if (PG_ARGISNULL(1))
+        problem = "key is null";
+    else
+        switch (key_problem(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1)))
+        {
+            case KeyProblem::empty_key:
+                problem = "key is empty";
+                break;
+            case KeyProblem::long_scope:
+                problem = psprintf("scope is longer than %d bytes", settings::max_key_length);
+                break;
+            case KeyProblem::long_key:
+                problem = psprintf("key is longer than %d bytes", settings::max_key_length);
+                break;
+            case KeyProblem::none:
+                break;
+        }
+    if (problem == nullptr)
+        PG_RETURN_NULL();
+    PG_RETURN_TEXT_P(cstring_to_text(problem));
 }
 
 // ---------------------------------------------------------------------------
@@ -711,16 +891,29 @@ enum LookupColumn
     look_lease_expires_at,
     look_completed_at,
     look_expires_at,
+    // 0.2.0
+    look_response_body_bytes,
+    look_response_body_omitted,
     lookup_column_count
 };
 
+// A row of idempotency_lookup (of fewer columns when called through an older
+// version's declaration: heap_form_tuple takes the result type's).
 HeapTuple lookup_tuple(TupleDesc desc, const Record &record)
 {
-    constexpr store::Column sources[lookup_column_count] = {
-        store::col_status,           store::col_request,        store::col_attempt,
-        store::col_response_status,  store::col_response_body,  store::col_response_headers,
-        store::col_recovery_point,   store::col_created_at,     store::col_lease_expires_at,
-        store::col_completed_at,     store::col_expires_at};
+    constexpr store::Column sources[lookup_column_count] = {store::col_status,
+                                                            store::col_request,
+                                                            store::col_attempt,
+                                                            store::col_response_status,
+                                                            store::col_response_body,
+                                                            store::col_response_headers,
+                                                            store::col_recovery_point,
+                                                            store::col_created_at,
+                                                            store::col_lease_expires_at,
+                                                            store::col_completed_at,
+                                                            store::col_expires_at,
+                                                            store::col_response_body_bytes,
+                                                            store::col_response_body_omitted};
     Datum values[lookup_column_count];
     bool nulls[lookup_column_count];
     for (int i = 0; i < lookup_column_count; i++)
@@ -741,14 +934,14 @@ IDEMPOTENCY_FUNCTION(idempotency_lookup)
     {
         call = SRF_FIRSTCALL_INIT();
         MemoryContext old = MemoryContextSwitchTo(call->multi_call_memory_ctx);
-        KeyArgs key = key_args(fcinfo);
+        store::Key key = key_args(fcinfo);
         TupleDesc desc;
         if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
             elog(ERROR, "idempotency_lookup must return a composite type");
         desc = BlessTupleDesc(desc);
         Storage storage = store::open(AccessShareLock);
         Snapshot snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
-        Record record = store::read_visible(storage, key.scope, key.key, snapshot);
+        Record record = store::read_visible(storage, store::stored_key(storage, key), snapshot);
         store::close(storage);
         call->user_fctx = record.found && !record.expired(GetCurrentTimestamp())
                               ? lookup_tuple(desc, record)
@@ -771,11 +964,12 @@ IDEMPOTENCY_FUNCTION(idempotency_lookup)
 
 IDEMPOTENCY_FUNCTION(idempotency_expire)
 {
-    int64 max_rows = PG_ARGISNULL(0) ? -1 : PG_GETARG_INT64(0);
-    if (!PG_ARGISNULL(0) && max_rows < 0)
+    int64 max_rows = has_arg(fcinfo, 0) ? PG_GETARG_INT64(0) : -1;
+    if (has_arg(fcinfo, 0) && max_rows < 0)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("invalid max_rows %lld", (long long)max_rows),
-                        errdetail("max_rows must be zero or more, or NULL for no limit.")));
+                        errdetail("max_rows must be zero or more, or NULL for no limit."),
+                        errhidestmt(true)));
     require_writable("idempotency_expire");
     Storage storage = store::open(RowExclusiveLock);
     int64 deleted = store::expire(storage, GetCurrentTimestamp(), max_rows);
@@ -805,8 +999,8 @@ IDEMPOTENCY_FUNCTION(idempotency_stats)
         stats::Snapshot snapshot = stats::read();
         for (int i = 0; i < stats::counter_count; i++)
             values[1 + i] = Int64GetDatum(int64(snapshot.counters[i]));
-        values[1 + stats::wait_time_us] = IntervalPGetDatum(
-            interval_from_us(int64(snapshot.counters[stats::wait_time_us])));
+        values[1 + stats::wait_time_us] =
+            IntervalPGetDatum(interval_from_us(int64(snapshot.counters[stats::wait_time_us])));
         int last = 1 + stats::counter_count;
         values[last] = TimestampTzGetDatum(snapshot.last_sweep_at);
         nulls[last] = snapshot.last_sweep_at == DT_NOBEGIN;

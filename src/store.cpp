@@ -25,6 +25,7 @@ extern "C"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "storage/sinval.h"
+#include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/fmgrprotos.h"
 #include "utils/inval.h"
@@ -33,6 +34,7 @@ extern "C"
 #include "utils/rel.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 }
 
 namespace idempotency::store
@@ -103,10 +105,10 @@ static Oid lock_heap(LOCKMODE lockmode, bool skip_if_busy)
 
 [[noreturn]] static void report_changed_storage(const char *problem)
 {
-    ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
-                    errmsg("table \"idempotency.keys\" %s", problem),
-                    errhint("The extension's storage was changed by hand; reinstall the "
-                            "extension.")));
+    ereport(ERROR,
+            (errcode(ERRCODE_DATA_CORRUPTED), errmsg("table \"idempotency.keys\" %s", problem),
+             errhint("The extension's storage was changed by hand; reinstall the "
+                     "extension.")));
 }
 
 // Opens and locks the primary key.  Its OID comes from the table's relcache
@@ -127,16 +129,27 @@ static Relation open_primary_key(Relation heap, LOCKMODE lockmode)
     }
 }
 
+// The layout of the table: that of this version or of 0.1.0 (see
+// columns_0_1_0), with a primary key on (tenant, scope, key) or (scope, key).
+static int table_columns(const Storage &storage)
+{
+    int columns = RelationGetDescr(storage.heap)->natts;
+    if (columns != column_count && columns != columns_0_1_0)
+        report_changed_storage(psprintf("has %d columns, expected %d", columns, (int)column_count));
+    int key_columns = IndexRelationGetNumberOfKeyAttributes(storage.pkey);
+    if (key_columns != (columns > col_tenant ? 3 : 2))
+        report_changed_storage(psprintf("has a primary key of %d columns", key_columns));
+    return columns;
+}
+
 static bool open_storage(Storage *storage, LOCKMODE lockmode, bool skip_if_busy)
 {
     Oid heap_oid = lock_heap(lockmode, skip_if_busy);
     if (!OidIsValid(heap_oid))
         return false;
     storage->heap = table_open(heap_oid, NoLock);
-    if (RelationGetDescr(storage->heap)->natts != column_count)
-        report_changed_storage(psprintf("has %d columns, expected %d",
-                                        RelationGetDescr(storage->heap)->natts, (int)column_count));
     storage->pkey = open_primary_key(storage->heap, lockmode);
+    storage->columns = table_columns(*storage);
     storage->lockmode = lockmode;
     storage->writes = nullptr;
     return true;
@@ -155,6 +168,16 @@ Storage open(LOCKMODE lockmode)
 bool try_open(Storage *storage, LOCKMODE lockmode)
 {
     return open_storage(storage, lockmode, true);
+}
+
+Key stored_key(const Storage &storage, const Key &key)
+{
+    if (storage.has(col_tenant) || !OidIsValid(key.tenant))
+        return key;
+    const text *scope = DatumGetTextPP(key.scope);
+    Datum prefixed = CStringGetTextDatum(
+        psprintf("%u/%.*s", key.tenant, int(VARSIZE_ANY_EXHDR(scope)), VARDATA_ANY(scope)));
+    return Key{InvalidOid, prefixed, key.key};
 }
 
 // ---------------------------------------------------------------------------
@@ -189,7 +212,8 @@ static WriteContext *start_writes(Storage &storage)
     writes->result = makeNode(ResultRelInfo);
     InitResultRelInfo(writes->result, storage.heap, 1, nullptr, 0);
     // As in the apply worker: enough for ExecGetTriggerResultRel to find it.
-    estate->es_opened_result_relations = lappend(estate->es_opened_result_relations, writes->result);
+    estate->es_opened_result_relations =
+        lappend(estate->es_opened_result_relations, writes->result);
     estate->es_output_cid = GetCurrentCommandId(true);
     // Every index the table has now, ready ones to be written: the list and
     // the readiness come from the relcache entry under our lock.
@@ -222,11 +246,13 @@ void close(Storage &storage)
     table_close(storage.heap, NoLock);
 }
 
+// The slot has as many columns as the table (see Storage::columns).
 static TupleTableSlot *store_values(TupleTableSlot *slot, const Record &record)
 {
     ExecClearTuple(slot);
-    memcpy(slot->tts_values, record.values, sizeof(record.values));
-    memcpy(slot->tts_isnull, record.nulls, sizeof(record.nulls));
+    int columns = slot->tts_tupleDescriptor->natts;
+    memcpy(slot->tts_values, record.values, columns * sizeof(Datum));
+    memcpy(slot->tts_isnull, record.nulls, columns * sizeof(bool));
     ExecStoreVirtualTuple(slot);
     ItemPointerSetInvalid(&slot->tts_tid);
     return slot;
@@ -259,7 +285,8 @@ template <typename Write> static void run_write(Write write)
         if (ERRCODE_TO_CATEGORY(error->sqlerrcode) != ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION)
             PG_RE_THROW();
         FlushErrorState();
-        error->detail = pstrdup("The values of the row are not shown: they may contain request data.");
+        error->detail =
+            pstrdup("The values of the row are not shown: they may contain request data.");
         error->hide_stmt = true;
         ReThrowError(error);
     }
@@ -280,11 +307,14 @@ static void check_written(const TupleTableSlot *slot)
 // Reading
 // ---------------------------------------------------------------------------
 
-// Copies the slot's tuple out of the shared buffer and decodes it.
+// Copies the slot's tuple out of the shared buffer and decodes it; columns
+// an older table lacks are NULL.
 static void decode_version(TupleTableSlot *slot, Record &record)
 {
     HeapTuple copy = ExecCopySlotHeapTuple(slot);
     heap_deform_tuple(copy, slot->tts_tupleDescriptor, record.values, record.nulls);
+    for (int column = slot->tts_tupleDescriptor->natts; column < column_count; column++)
+        record.set_null(Column(column));
     record.tid = copy->t_self;
     record.found = true;
 }
@@ -324,15 +354,25 @@ static void decode_newest(TupleTableSlot *slot, Snapshot snapshot, Record &recor
 // other transaction is deleting or replacing; a replacement comes later in
 // the scan, and when none does, the version is being deleted (or its
 // replacement is not indexed yet): the key is then held by that transaction.
-static Record scan_key(const Storage &storage, Datum scope, Datum key, Snapshot snapshot)
+static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot)
 {
     Record record = not_found();
-    ScanKeyData keys[2];
-    // ScanKeyInit compares with the "C" collation, which the key columns use.
-    ScanKeyInit(&keys[0], col_scope + 1, BTEqualStrategyNumber, F_TEXTEQ, scope);
-    ScanKeyInit(&keys[1], col_key + 1, BTEqualStrategyNumber, F_TEXTEQ, key);
-    IndexScanDesc scan = index_beginscan(storage.heap, storage.pkey, snapshot, 2, 0);
-    index_rescan(scan, keys, 2, nullptr, 0);
+    // By index column: (tenant, scope, key), or (scope, key) before 0.2.0.
+    // ScanKeyInit compares with the "C" collation, which the text columns use.
+    ScanKeyData keys[3];
+    int count = 0;
+    if (storage.has(col_tenant))
+    {
+        ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_OIDEQ,
+                    ObjectIdGetDatum(key.tenant));
+        count++;
+    }
+    ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_TEXTEQ, key.scope);
+    count++;
+    ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_TEXTEQ, key.key);
+    count++;
+    IndexScanDesc scan = index_beginscan(storage.heap, storage.pkey, snapshot, count, 0);
+    index_rescan(scan, keys, count, nullptr, 0);
     TupleTableSlot *slot = table_slot_create(storage.heap, nullptr);
     const bool dirty = snapshot->snapshot_type == SNAPSHOT_DIRTY;
 
@@ -357,16 +397,16 @@ static Record scan_key(const Storage &storage, Datum scope, Datum key, Snapshot 
     return record;
 }
 
-Record read_latest(const Storage &storage, Datum scope, Datum key)
+Record read_latest(const Storage &storage, const Key &key)
 {
     SnapshotData dirty;
     InitDirtySnapshot(dirty);
-    return scan_key(storage, scope, key, &dirty);
+    return scan_key(storage, key, &dirty);
 }
 
-Record read_visible(const Storage &storage, Datum scope, Datum key, Snapshot snapshot)
+Record read_visible(const Storage &storage, const Key &key, Snapshot snapshot)
 {
-    return scan_key(storage, scope, key, snapshot);
+    return scan_key(storage, key, snapshot);
 }
 
 // The version this backend wrote last, and in which transaction; see
@@ -408,7 +448,16 @@ static bool same_text(Datum a, Datum b)
     return DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, a, b));
 }
 
-bool fetch_own_claim(const Storage &storage, Datum scope, Datum key, Record *record)
+// Whether `record` is a version of `key`.
+static bool is_of_key(const Storage &storage, const Record &record, const Key &key)
+{
+    return (!storage.has(col_tenant) ||
+            DatumGetObjectId(record.values[col_tenant]) == key.tenant) &&
+           same_text(record.values[col_scope], key.scope) &&
+           same_text(record.values[col_key], key.key);
+}
+
+bool fetch_own_claim(const Storage &storage, const Key &key, Record *record)
 {
     if (last_write.heap != RelationGetRelid(storage.heap) ||
         last_write.lxid != compat::current_lxid())
@@ -430,8 +479,7 @@ bool fetch_own_claim(const Storage &storage, Datum scope, Datum key, Record *rec
     if (hit)
     {
         decode_newest(slot, &dirty, *record);
-        hit = record->writer == Writer::self && same_text(record->values[col_scope], scope) &&
-              same_text(record->values[col_key], key);
+        hit = record->writer == Writer::self && is_of_key(storage, *record, key);
     }
     ExecDropSingleTupleTableSlot(slot);
     return hit;
@@ -452,8 +500,11 @@ static void written(Storage &storage, Record &record, const TupleTableSlot *slot
     CommandCounterIncrement();
 }
 
-void insert_record(Storage &storage, Record &record)
+void insert_record(Storage &storage, const Key &key, Record &record)
 {
+    record.set(col_tenant, ObjectIdGetDatum(key.tenant));
+    record.set(col_scope, key.scope);
+    record.set(col_key, key.key);
     WriteContext *writes = start_writes(storage);
     TupleTableSlot *slot = store_values(writes->new_version, record);
     run_write([&] { ExecSimpleRelationInsert(writes->result, writes->estate, slot); });
@@ -507,90 +558,167 @@ static void decode_expiry_fields(TupleTableSlot *slot, Record &record)
     record.tid = slot->tts_tid;
 }
 
-// Deletes the expired version in `slot` if nobody is changing its key: the
-// key lock keeps writers away while it looks and deletes, and the version
-// must still be the newest one with no transaction changing it.
-static bool delete_if_idle(Storage &storage, WriteContext *writes, TupleTableSlot *slot,
-                           TupleTableSlot *check)
+// One sweep: what it deletes with, and how much it may still delete.
+struct Sweep
 {
+    Storage &storage;
+    WriteContext *writes;
+    TupleTableSlot *slot;  // the version a scan returned
+    TupleTableSlot *check; // the same version, fetched again to check it
+    int64 max_rows;        // < 0: no limit
+    int64 deleted;
+
+    bool has_room() const { return max_rows < 0 || deleted < max_rows; }
+};
+
+// Deletes the version in sweep.slot if nobody is changing its key: the key
+// lock keeps writers away while it looks and deletes, and the version must
+// still be the newest one with no transaction changing it.
+static void delete_if_idle(Sweep &sweep)
+{
+    TupleTableSlot *slot = sweep.slot;
     bool isnull;
-    Datum scope = slot_getattr(slot, col_scope + 1, &isnull);
-    Datum key = slot_getattr(slot, col_key + 1, &isnull);
-    if (!lock_key(scope, key, false))
-        return false;
+    Key key = {InvalidOid, slot_getattr(slot, col_scope + 1, &isnull),
+               slot_getattr(slot, col_key + 1, &isnull)};
+    if (sweep.storage.has(col_tenant))
+        key.tenant = DatumGetObjectId(slot_getattr(slot, col_tenant + 1, &isnull));
+    if (!lock_key(key, false))
+        return;
     SnapshotData dirty;
     InitDirtySnapshot(dirty);
-    bool idle = table_tuple_fetch_row_version(storage.heap, &slot->tts_tid, &dirty, check) &&
-                !TransactionIdIsValid(dirty.xmin) && !TransactionIdIsValid(dirty.xmax);
+    bool idle =
+        table_tuple_fetch_row_version(sweep.storage.heap, &slot->tts_tid, &dirty, sweep.check) &&
+        !TransactionIdIsValid(dirty.xmin) && !TransactionIdIsValid(dirty.xmax);
     if (idle)
+    {
         run_write([&] {
-            ExecSimpleRelationDelete(writes->result, writes->estate, &writes->epq, check);
+            ExecSimpleRelationDelete(sweep.writes->result, sweep.writes->estate, &sweep.writes->epq,
+                                     sweep.check);
         });
-    unlock_key(scope, key);
-    return idle;
+        sweep.deleted++;
+    }
+    unlock_key(key);
+}
+
+// Records past their expiry, in expiry order.
+static void delete_expired(Sweep &sweep, TimestampTz now)
+{
+    ScanKeyData bound;
+    ScanKeyInit(&bound, 1, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
+    IndexScanDesc scan =
+        index_beginscan(sweep.storage.heap, expiry_index(sweep.writes), GetActiveSnapshot(), 1, 0);
+    index_rescan(scan, &bound, 1, nullptr, 0);
+    while (sweep.has_room() && index_getnext_slot(scan, ForwardScanDirection, sweep.slot))
+    {
+        Record record;
+        decode_expiry_fields(sweep.slot, record);
+        // An unfinished claim whose lease still runs is not expired.
+        if (record.expired(now))
+            delete_if_idle(sweep);
+        CHECK_FOR_INTERRUPTS();
+    }
+    index_endscan(scan);
+}
+
+// The first tenant after `after` that has keys, through the primary key
+// (tenant first); InvalidOid when none.
+static Oid next_tenant(Sweep &sweep, Oid after)
+{
+    ScanKeyData bound;
+    ScanKeyInit(&bound, 1, BTGreaterStrategyNumber, F_OIDGT, ObjectIdGetDatum(after));
+    IndexScanDesc scan =
+        index_beginscan(sweep.storage.heap, sweep.storage.pkey, GetActiveSnapshot(), 1, 0);
+    index_rescan(scan, &bound, 1, nullptr, 0);
+    Oid tenant = InvalidOid;
+    bool isnull;
+    if (index_getnext_slot(scan, ForwardScanDirection, sweep.slot))
+        tenant = DatumGetObjectId(slot_getattr(sweep.slot, col_tenant + 1, &isnull));
+    index_endscan(scan);
+    return tenant;
+}
+
+// The keys of roles that no longer exist.  Nobody can reach them -- a role
+// made later under the same name has another OID -- and deleting them within
+// a sweep of the DROP ROLE keeps them out of dumps and away from a role that
+// gets the same OID once the OID counter wraps around.  One index descent per
+// tenant finds the tenants.
+static void delete_orphaned(Sweep &sweep)
+{
+    if (!sweep.storage.has(col_tenant))
+        return;
+    for (Oid tenant = next_tenant(sweep, InvalidOid); sweep.has_room() && OidIsValid(tenant);
+         tenant = next_tenant(sweep, tenant))
+    {
+        if (SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(tenant)))
+            continue;
+        ScanKeyData owner;
+        ScanKeyInit(&owner, 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(tenant));
+        IndexScanDesc scan =
+            index_beginscan(sweep.storage.heap, sweep.storage.pkey, GetActiveSnapshot(), 1, 0);
+        index_rescan(scan, &owner, 1, nullptr, 0);
+        while (sweep.has_room() && index_getnext_slot(scan, ForwardScanDirection, sweep.slot))
+        {
+            delete_if_idle(sweep);
+            CHECK_FOR_INTERRUPTS();
+        }
+        index_endscan(scan);
+    }
 }
 
 int64 expire(Storage &storage, TimestampTz now, int64 max_rows)
 {
-    WriteContext *writes = start_writes(storage);
+    Sweep sweep = {storage,
+                   start_writes(storage),
+                   table_slot_create(storage.heap, nullptr),
+                   table_slot_create(storage.heap, nullptr),
+                   max_rows,
+                   0};
     // A snapshot that sees what this transaction did so far, as the next
     // statement would: a version it replaced earlier in this statement (a
     // takeover) is then gone, and its replacement is not expired.
     CommandCounterIncrement();
     PushCopiedSnapshot(GetActiveSnapshot());
     UpdateActiveSnapshotCommandId();
-
-    ScanKeyData bound;
-    ScanKeyInit(&bound, 1, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
-    IndexScanDesc scan =
-        index_beginscan(storage.heap, expiry_index(writes), GetActiveSnapshot(), 1, 0);
-    index_rescan(scan, &bound, 1, nullptr, 0);
-    TupleTableSlot *slot = table_slot_create(storage.heap, nullptr);
-    TupleTableSlot *check = table_slot_create(storage.heap, nullptr);
-    int64 deleted = 0;
-    while ((max_rows < 0 || deleted < max_rows) &&
-           index_getnext_slot(scan, ForwardScanDirection, slot))
-    {
-        Record record;
-        decode_expiry_fields(slot, record);
-        // An unfinished claim whose lease still runs is not expired.
-        if (record.expired(now) && delete_if_idle(storage, writes, slot, check))
-            deleted++;
-        CHECK_FOR_INTERRUPTS();
-    }
-    ExecDropSingleTupleTableSlot(check);
-    ExecDropSingleTupleTableSlot(slot);
-    index_endscan(scan);
+    delete_expired(sweep, now);
+    delete_orphaned(sweep);
     PopActiveSnapshot();
-    return deleted;
+    ExecDropSingleTupleTableSlot(sweep.check);
+    ExecDropSingleTupleTableSlot(sweep.slot);
+    return sweep.deleted;
 }
 
 // ---------------------------------------------------------------------------
 // Key locks and waits
 // ---------------------------------------------------------------------------
 
-static void key_locktag(LOCKTAG *tag, Datum scope, Datum key)
+uint64 key_hash(const Key &key)
 {
-    const text *s = DatumGetTextPP(scope);
-    const text *k = DatumGetTextPP(key);
+    const text *s = DatumGetTextPP(key.scope);
+    const text *k = DatumGetTextPP(key.key);
     uint32 scope_hash =
+        hash_bytes_uint32(key.tenant) ^
         hash_bytes(reinterpret_cast<const unsigned char *>(VARDATA_ANY(s)), VARSIZE_ANY_EXHDR(s));
-    uint64 hash = hash_bytes_extended(reinterpret_cast<const unsigned char *>(VARDATA_ANY(k)),
-                                      VARSIZE_ANY_EXHDR(k), scope_hash);
+    return hash_bytes_extended(reinterpret_cast<const unsigned char *>(VARDATA_ANY(k)),
+                               VARSIZE_ANY_EXHDR(k), scope_hash);
+}
+
+static void key_locktag(LOCKTAG *tag, const Key &key)
+{
+    uint64 hash = key_hash(key);
     SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32)(hash >> 32), (uint32)hash, key_lock_tag);
 }
 
-bool lock_key(Datum scope, Datum key, bool wait)
+bool lock_key(const Key &key, bool wait)
 {
     LOCKTAG tag;
-    key_locktag(&tag, scope, key);
+    key_locktag(&tag, key);
     return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
 }
 
-void unlock_key(Datum scope, Datum key)
+void unlock_key(const Key &key)
 {
     LOCKTAG tag;
-    key_locktag(&tag, scope, key);
+    key_locktag(&tag, key);
     LockRelease(&tag, ExclusiveLock, false);
 }
 

@@ -65,8 +65,10 @@ extern "C"
 namespace idempotency::store
 {
 
-// Column numbers of idempotency.keys (0-based), in table order.  The columns a
-// claim never changes come first; see the install script.
+// Column numbers of idempotency.keys (0-based), in table order.  The columns
+// of 0.1.0 come first (those a claim never changes first among them); later
+// versions append theirs, so that a table upgraded with ALTER TABLE ... ADD
+// COLUMN and a freshly installed one have the same layout.
 enum Column
 {
     col_scope,
@@ -83,8 +85,18 @@ enum Column
     col_recovery_point,
     col_response_body,
     col_response_headers,
+    // 0.2.0
+    col_tenant,                // regrole: the owning role, 0 without tenant isolation
+    col_lease,                 // the claim's lease length, which a checkpoint renews
+    col_response_body_bytes,   // a response body stored as the caller's bytes
+    col_response_body_omitted, // the response was over idempotency.max_response_bytes
     column_count
 };
+// The columns of a table still at 0.1.0: the library of a newer version runs
+// against it until ALTER EXTENSION UPDATE (with shared_preload_libraries,
+// from the restart that loads it).  Columns it lacks read as NULL, and the
+// primary key is (scope, key) without the tenant.
+constexpr int columns_0_1_0 = col_tenant;
 
 constexpr char status_in_progress = 'p';
 constexpr char status_completed = 'c';
@@ -97,7 +109,19 @@ struct Storage
     Relation heap;
     Relation pkey;
     LOCKMODE lockmode;
+    int columns;          // column_count, or columns_0_1_0 before the update
     WriteContext *writes; // set up by the first write, finished by close()
+
+    bool has(Column column) const { return column < columns; }
+};
+
+// What identifies a record: the tenant (the calling role with tenant
+// isolation, else InvalidOid), the scope and the key (detoasted text).
+struct Key
+{
+    Oid tenant;
+    Datum scope;
+    Datum key;
 };
 
 // Who wrote the version a read returned.
@@ -163,17 +187,22 @@ bool try_open(Storage *storage, LOCKMODE lockmode);
 // Fires the AFTER triggers the writes queued and releases what they used.
 void close(Storage &storage);
 
-// The newest version of (scope, key), seen through a dirty snapshot.
-Record read_latest(const Storage &storage, Datum scope, Datum key);
-// The caller's own uncommitted claim on (scope, key), fetched by its address
+// The key as this table stores it.  A table still at 0.1.0 has no tenant
+// column: as 0.1.0 did, the tenant's OID and a slash prefix the scope.  Every
+// other function takes the stored key.
+Key stored_key(const Storage &storage, const Key &key);
+
+// The newest version of the key, seen through a dirty snapshot.
+Record read_latest(const Storage &storage, const Key &key);
+// The caller's own uncommitted claim on the key, fetched by its address
 // without an index scan when it is the version this backend wrote last (the
 // usual complete after begin).  False when it is not; read_latest then knows.
-bool fetch_own_claim(const Storage &storage, Datum scope, Datum key, Record *record);
-// The version of (scope, key) visible to an MVCC snapshot.
-Record read_visible(const Storage &storage, Datum scope, Datum key, Snapshot snapshot);
+bool fetch_own_claim(const Storage &storage, const Key &key, Record *record);
+// The version of the key visible to an MVCC snapshot.
+Record read_visible(const Storage &storage, const Key &key, Snapshot snapshot);
 
-// Writes `record` as a new row; the caller holds the key lock.
-void insert_record(Storage &storage, Record &record);
+// Writes `record` as a new row of `key`; the caller holds the key lock.
+void insert_record(Storage &storage, const Key &key, Record &record);
 // Replaces the version `record.tid` with `record`'s values; the caller holds
 // the key lock, or the version is its own transaction's uncommitted one.
 void update_record(Storage &storage, Record &record);
@@ -184,10 +213,14 @@ void update_record(Storage &storage, Record &record);
 // see the concurrency scheme.  Returns the number deleted.
 int64 expire(Storage &storage, TimestampTz now, int64 max_rows);
 
+// A 64-bit hash of the key: the key lock's tag, and the key's identity in
+// the transaction's list of claims (claims.cpp).
+uint64 key_hash(const Key &key);
+
 // The per-key lock described above: false when another transaction holds it
 // and `wait` is false.
-bool lock_key(Datum scope, Datum key, bool wait);
-void unlock_key(Datum scope, Datum key);
+bool lock_key(const Key &key, bool wait);
+void unlock_key(const Key &key);
 
 // Waits, as an ordinary lock wait (visible in pg_locks, cancellable, seen by
 // the deadlock detector), until transaction `xid` ends or `timeout_ms`

@@ -32,9 +32,7 @@ $node->safe_psql(
 	CREATE EXTENSION pg_repack;
 	CREATE EXTENSION amcheck;
 	CREATE ROLE app LOGIN;
-	GRANT EXECUTE ON FUNCTION
-	    idempotency_begin(text, text, request_hash, interval, interval, interval),
-	    idempotency_complete(text, text, integer, jsonb, jsonb, integer) TO app;
+	GRANT EXECUTE ON FUNCTION idempotency_begin, idempotency_complete TO app;
 	CREATE TABLE orders (id bigserial PRIMARY KEY, idem_key text NOT NULL UNIQUE);
 	CREATE SEQUENCE next_key;
 	GRANT INSERT ON orders TO app;

@@ -32,8 +32,10 @@ sub add_expiring_keys
 		SELECT count(*) FROM generate_series(1, $count) AS g,
 		  LATERAL idempotency_begin('s', '$prefix' || g, request_hash('r'::text), ttl => '1 second') AS b,
 		  LATERAL idempotency_complete('s', '$prefix' || g, 200, '{"n": 1}') AS c;
+		BEGIN;
 		SELECT idempotency_begin('s', '$prefix-stays', request_hash('r'::text), ttl => '1 day');
 		SELECT idempotency_complete('s', '$prefix-stays', 200);
+		COMMIT;
 	});
 }
 
@@ -203,15 +205,17 @@ my @counted = qw(claims replays mismatches in_progress waits completes server_er
 my $list = join(', ', @counted);
 my $before = query('postgres', "SELECT $list FROM idempotency_stats()");
 query('app3', q{
+	BEGIN;
 	SELECT idempotency_begin('s', 'k1', request_hash('r'::text));
 	SELECT idempotency_complete('s', 'k1', 200);
+	COMMIT;
 	SELECT idempotency_begin('s', 'k1', request_hash('r'::text));
 	SELECT idempotency_begin('s', 'k1', request_hash('other'::text));
 	SELECT idempotency_begin('s', 'k2', request_hash('r'::text), lease => '1 hour');
 	SELECT idempotency_begin('s', 'k2', request_hash('r'::text), wait => '100ms');
 	SELECT idempotency_checkpoint('s', 'k2', 'p');
 	SELECT idempotency_release('s', 'k2');
-	SELECT idempotency_begin('s', 'k2', request_hash('r'::text));
+	SELECT idempotency_begin('s', 'k2', request_hash('r'::text), lease => '1 hour');
 	SELECT idempotency_complete('s', 'k2', 503);
 });
 my $after = query('postgres', "SELECT $list FROM idempotency_stats()");
