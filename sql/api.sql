@@ -145,7 +145,8 @@ SELECT outcome FROM idempotency_begin('shop', 'short', request_hash('r'::text), 
 SELECT idempotency_complete('shop', 'short', 200, '{"v": 1}');
 COMMIT;
 SELECT outcome FROM idempotency_begin('shop', 'short', request_hash('r'::text));
-UPDATE idempotency.keys SET expires_at = now() - interval '1 second' WHERE key = 'short';
+UPDATE idempotency.keys SET expires_at = now() - interval '1 second', sweep_at = now() - interval '1 second'
+ WHERE key = 'short';
 SELECT * FROM idempotency_lookup('shop', 'short');
 SELECT outcome, attempt, response_body FROM idempotency_begin('shop', 'short', request_hash('another'::text), lease => '1 minute');
 
@@ -191,7 +192,7 @@ SELECT idempotency_complete('gc', 'done', 200);
 SELECT outcome FROM idempotency_begin('gc', 'leased', request_hash('r'::text), lease => '1 hour');
 SELECT outcome FROM idempotency_begin('gc', 'abandoned', request_hash('r'::text));
 SELECT outcome FROM idempotency_begin('gc', 'fresh', request_hash('r'::text));
-UPDATE idempotency.keys SET expires_at = now() - interval '1 minute',
+UPDATE idempotency.keys SET expires_at = now() - interval '1 minute', sweep_at = now() - interval '1 minute',
        lease_expires_at = CASE WHEN key = 'abandoned' THEN now() - interval '1 minute' ELSE lease_expires_at END
  WHERE scope = 'gc' AND key <> 'fresh';
 SELECT scope, in_progress, completed, expired FROM idempotency_scope_stats() WHERE scope = 'gc';

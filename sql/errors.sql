@@ -57,8 +57,8 @@ SELECT outcome FROM idempotency_begin('s', '12345678', request_hash('r'::text));
 SELECT outcome FROM idempotency_begin('s', 'éééé', request_hash('r'::text));
 ROLLBACK;
 RESET idempotency.max_key_length;
-SELECT pg_temp.try($$ SELECT idempotency_begin('s', repeat('x', 300), request_hash('r'::text)) $$);
-SELECT pg_temp.try($$ SELECT idempotency_begin('s', repeat('é', 200), request_hash('r'::text)) $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', repeat('x', 1100), request_hash('r'::text)) $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', repeat('é', 600), request_hash('r'::text)) $$);
 
 -- 22P02: a malformed request_hash
 SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', 'not a hash') $$);

@@ -134,10 +134,10 @@ SELECT count(*) AS scopes FROM idempotency_scope_stats() WHERE scope LIKE chr(1)
 
 --
 -- max_key_length counts bytes: a key of 4-byte characters ending exactly at
--- the limit (255 bytes by default) is accepted, one byte more is 22001, and
--- the message shows a prefix cut at a character boundary.
+-- the limit (here 255 bytes) is accepted, one byte more is 22001, and the
+-- message shows a prefix cut at a character boundary.
 --
-SHOW idempotency.max_key_length;
+SET idempotency.max_key_length = 255;
 SELECT octet_length(repeat('😀', 63) || 'abc') AS at_limit,
        octet_length(repeat('😀', 64)) AS over_limit;
 BEGIN;
@@ -147,6 +147,7 @@ ROLLBACK;
 SELECT pg_temp.try($$ SELECT idempotency_begin('hostile', repeat('😀', 64), request_hash('r'::text)) $$);
 SELECT pg_temp.try($$ SELECT idempotency_begin(repeat('😀', 64), 'k', request_hash('r'::text)) $$);
 SELECT pg_temp.try($$ SELECT * FROM idempotency_lookup('hostile', repeat('😀', 64)) $$);
+RESET idempotency.max_key_length;
 
 --
 -- max_response_bytes counts the uncompressed jsonb bytes of body plus

@@ -211,14 +211,22 @@ CREATE TABLE idempotency.keys (
     lease            interval,
     response_body_bytes bytea,
     response_body_omitted boolean,
+    claim_data       jsonb,
+    sweep_at         timestamptz NOT NULL DEFAULT '-infinity',
     CONSTRAINT keys_pkey PRIMARY KEY (tenant, scope, key)
 );
-CREATE INDEX keys_expires_at_idx ON idempotency.keys (expires_at);
+-- expires_at keeps its microseconds and is not indexed, so that a completion
+-- can move it and stay HOT; the sweep finds records through sweep_at, the
+-- same time rounded up to a whole second, which a completion in the second
+-- of its claim leaves unchanged.
+CREATE INDEX keys_sweep_at_idx ON idempotency.keys (sweep_at);
 COMMENT ON TABLE idempotency.keys IS
     'one row per (tenant, scope, key): the claim, its lease and the stored response (status p = in progress, c = completed)';
 COMMENT ON COLUMN idempotency.keys.tenant IS
     'the role that owns the key with idempotency.tenant_isolation = role, else 0 (-); dumped as the role''s name';
-COMMENT ON INDEX idempotency.keys_expires_at_idx IS 'drives expiry sweeps';
+COMMENT ON COLUMN idempotency.keys.sweep_at IS
+    'expires_at rounded up to a whole second: when the expiry sweep looks at the record';
+COMMENT ON INDEX idempotency.keys_sweep_at_idx IS 'drives expiry sweeps';
 REVOKE ALL ON SCHEMA idempotency FROM PUBLIC;
 REVOKE ALL ON TABLE idempotency.keys FROM PUBLIC;
 -- pg_dump must keep the keys: a restore that dropped them would let every
@@ -241,25 +249,27 @@ CREATE TYPE @extschema@.idempotency_begin_result AS (
     response_status integer, response_body jsonb, response_headers jsonb,
     recovery_point text, retry_after interval,
     created_at timestamptz, expires_at timestamptz,
-    response_body_bytes bytea, response_body_omitted boolean);
+    response_body_bytes bytea, response_body_omitted boolean,
+    status text, lease_expires_at timestamptz, claim_data jsonb);
 COMMENT ON TYPE @extschema@.idempotency_begin_result IS 'result row of idempotency_begin';
 
 CREATE FUNCTION @extschema@.idempotency_begin(
     scope text, key text, request @extschema@.request_hash,
-    ttl interval DEFAULT NULL, lease interval DEFAULT NULL, wait interval DEFAULT NULL)
+    ttl interval DEFAULT NULL, lease interval DEFAULT NULL, wait interval DEFAULT NULL,
+    claim_data jsonb DEFAULT NULL, take_over_mismatch boolean DEFAULT false)
     RETURNS @extschema@.idempotency_begin_result
     AS 'MODULE_PATHNAME', 'idempotency_begin' LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION @extschema@.idempotency_begin(text, text, @extschema@.request_hash, interval, interval, interval) IS
+COMMENT ON FUNCTION @extschema@.idempotency_begin(text, text, @extschema@.request_hash, interval, interval, interval, jsonb, boolean) IS
     'claim (scope, key) for this request in the calling transaction, or report its replay, in_progress or mismatch state';
 
 CREATE FUNCTION @extschema@.idempotency_complete(
     scope text, key text, response_status integer,
     response_body jsonb DEFAULT NULL, response_headers jsonb DEFAULT NULL, attempt integer DEFAULT NULL,
-    response_body_bytes bytea DEFAULT NULL)
+    response_body_bytes bytea DEFAULT NULL, replace boolean DEFAULT false)
     RETURNS boolean
     AS 'MODULE_PATHNAME', 'idempotency_complete' LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION @extschema@.idempotency_complete(text, text, integer, jsonb, jsonb, integer, bytea) IS
-    'record the response of a claimed key; false when a server error (>= 500) was not stored and the claim was dropped instead';
+COMMENT ON FUNCTION @extschema@.idempotency_complete(text, text, integer, jsonb, jsonb, integer, bytea, boolean) IS
+    'record the response of a claimed key (or, with replace and the attempt, of a completed one); false when a server error (>= 500) was not stored and the claim was dropped instead';
 
 CREATE FUNCTION @extschema@.idempotency_checkpoint(
     scope text, key text, recovery_point text, lease interval DEFAULT NULL, attempt integer DEFAULT NULL)
@@ -274,30 +284,50 @@ CREATE FUNCTION @extschema@.idempotency_release(scope text, key text, attempt in
 COMMENT ON FUNCTION @extschema@.idempotency_release(text, text, integer) IS
     'end the lease of an in-progress claim so that the next begin claims it again with attempt + 1';
 
+CREATE FUNCTION @extschema@.idempotency_forget(scope text, key text, attempt integer DEFAULT NULL)
+    RETURNS boolean
+    AS 'MODULE_PATHNAME', 'idempotency_forget' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.idempotency_forget(text, text, integer) IS
+    'delete the record of a key (an unfinished claim of another transaction only with its attempt); false when there was none';
+
 CREATE TYPE @extschema@.idempotency_lookup_result AS (
     status text, request @extschema@.request_hash, attempt integer,
     response_status integer, response_body jsonb, response_headers jsonb,
     recovery_point text, created_at timestamptz, lease_expires_at timestamptz,
     completed_at timestamptz, expires_at timestamptz,
-    response_body_bytes bytea, response_body_omitted boolean);
+    response_body_bytes bytea, response_body_omitted boolean,
+    claim_data jsonb, committed boolean);
 COMMENT ON TYPE @extschema@.idempotency_lookup_result IS 'result row of idempotency_lookup';
 
-CREATE FUNCTION @extschema@.idempotency_lookup(scope text, key text)
+-- VOLATILE: with latest => true it reads the newest version, not the
+-- statement's snapshot.
+CREATE FUNCTION @extschema@.idempotency_lookup(scope text, key text, latest boolean DEFAULT false)
     RETURNS SETOF @extschema@.idempotency_lookup_result
-    AS 'MODULE_PATHNAME', 'idempotency_lookup' LANGUAGE C STABLE PARALLEL SAFE ROWS 1;
-COMMENT ON FUNCTION @extschema@.idempotency_lookup(text, text) IS
-    'the live record of (scope, key) as the statement''s snapshot sees it; no row when absent or expired';
+    AS 'MODULE_PATHNAME', 'idempotency_lookup' LANGUAGE C VOLATILE PARALLEL SAFE ROWS 1;
+COMMENT ON FUNCTION @extschema@.idempotency_lookup(text, text, boolean) IS
+    'the live record of (scope, key) as the statement''s snapshot sees it, or with latest the newest one as idempotency_begin sees it; no row when absent or expired';
+
+CREATE FUNCTION @extschema@.idempotency_keys(
+    scope text, after_key text DEFAULT NULL, max_keys integer DEFAULT 100)
+    RETURNS TABLE (key text, status text, attempt integer, response_status integer,
+                   created_at timestamptz, lease_expires_at timestamptz,
+                   completed_at timestamptz, expires_at timestamptz, committed boolean)
+    AS 'MODULE_PATHNAME', 'idempotency_keys' LANGUAGE C STABLE PARALLEL SAFE ROWS 100;
+COMMENT ON FUNCTION @extschema@.idempotency_keys(text, text, integer) IS
+    'a page of the live keys of a scope after after_key, in key order, without bodies';
 
 CREATE FUNCTION @extschema@.idempotency_key_problem(scope text, key text) RETURNS text
     AS 'MODULE_PATHNAME', 'idempotency_key_problem' LANGUAGE C STABLE PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.idempotency_key_problem(text, text) IS
     'what makes a scope and key unacceptable to the other functions (empty, too long, null), or NULL: a 400 without an error';
 
-REVOKE ALL ON FUNCTION @extschema@.idempotency_begin(text, text, @extschema@.request_hash, interval, interval, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idempotency_complete(text, text, integer, jsonb, jsonb, integer, bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_begin(text, text, @extschema@.request_hash, interval, interval, interval, jsonb, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_complete(text, text, integer, jsonb, jsonb, integer, bytea, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idempotency_checkpoint(text, text, text, interval, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idempotency_release(text, text, integer) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idempotency_lookup(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_forget(text, text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_lookup(text, text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_keys(text, text, integer) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
 -- Expiry and statistics
@@ -308,13 +338,17 @@ CREATE FUNCTION @extschema@.idempotency_expire(max_rows bigint DEFAULT NULL) RET
 COMMENT ON FUNCTION @extschema@.idempotency_expire(bigint) IS
     'delete up to max_rows expired keys of this database now (all when NULL); returns the number deleted';
 
+-- Numbers only (seconds as double precision, times as seconds since the
+-- epoch), which exporters such as postgres_exporter can read.
 CREATE FUNCTION @extschema@.idempotency_stats(
     OUT preloaded boolean,
     OUT claims bigint, OUT replays bigint, OUT mismatches bigint, OUT in_progress bigint,
-    OUT waits bigint, OUT wait_time interval,
-    OUT completes bigint, OUT server_errors_dropped bigint, OUT checkpoints bigint, OUT releases bigint,
-    OUT keys_expired bigint, OUT sweeps bigint, OUT last_sweep_at timestamptz, OUT last_sweep_duration interval,
-    OUT last_error text, OUT last_error_at timestamptz)
+    OUT waits bigint, OUT wait_seconds double precision,
+    OUT completes bigint, OUT server_errors_dropped bigint, OUT responses_omitted bigint,
+    OUT responses_replaced bigint, OUT checkpoints bigint, OUT releases bigint, OUT forgets bigint,
+    OUT keys_expired bigint, OUT sweeps bigint,
+    OUT last_sweep_time double precision, OUT last_sweep_seconds double precision,
+    OUT last_error text, OUT last_error_time double precision)
     AS 'MODULE_PATHNAME', 'idempotency_stats' LANGUAGE C VOLATILE PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.idempotency_stats() IS
     'counters of the whole server since it started; NULL unless the library is in shared_preload_libraries';
@@ -340,6 +374,7 @@ COMMENT ON FUNCTION @extschema@.idempotency_scope_stats() IS
 
 REVOKE ALL ON FUNCTION @extschema@.idempotency_expire(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idempotency_stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idempotency_stats() TO pg_monitor;
 REVOKE ALL ON FUNCTION @extschema@.idempotency_scope_stats() FROM PUBLIC;
 
 -- Without shared_preload_libraries the functions work, but nothing expires

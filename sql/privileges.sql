@@ -14,7 +14,7 @@ COMMIT;
 -- argument lists of a version.
 GRANT EXECUTE ON FUNCTION
     idempotency_begin, idempotency_complete, idempotency_checkpoint, idempotency_release,
-    idempotency_lookup
+    idempotency_lookup, idempotency_forget, idempotency_keys
     TO regress_idem_app;
 
 \set VERBOSITY terse
@@ -27,6 +27,8 @@ SELECT * FROM idempotency_lookup('tenant-a', 'k');
 SELECT idempotency_complete('tenant-a', 'k', 200);
 SELECT idempotency_checkpoint('tenant-a', 'k', 'p');
 SELECT idempotency_release('tenant-a', 'k');
+SELECT idempotency_forget('tenant-a', 'k');
+SELECT * FROM idempotency_keys('tenant-a');
 SELECT count(*) FROM idempotency.keys;
 INSERT INTO idempotency.keys (scope, key) VALUES ('x', 'y');
 RESET ROLE;
@@ -39,6 +41,8 @@ SELECT idempotency_release('tenant-b', 'k');
 SELECT outcome, attempt FROM idempotency_begin('tenant-b', 'k', request_hash('r'::text), lease => '1 hour');
 SELECT idempotency_complete('tenant-b', 'k', 201);
 SELECT status, response_status FROM idempotency_lookup('tenant-b', 'k');
+SELECT key, status FROM idempotency_keys('tenant-b');
+SELECT idempotency_forget('tenant-b', 'k') AS forgotten;
 -- the application still cannot touch the table directly
 SELECT count(*) FROM idempotency.keys;
 RESET ROLE;

@@ -156,7 +156,8 @@ SELECT scope, in_progress, completed, expired, oldest_created_at IS NOT NULL AS 
 SELECT preloaded, claims OPERATOR(pg_catalog.>) 0 AS counted FROM app.idempotency_stats();
 -- (One transaction, so that the background worker cannot expire k1 first.)
 BEGIN;
-UPDATE idempotency.keys SET expires_at = pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 day'
+UPDATE idempotency.keys SET expires_at = pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 day',
+       sweep_at = pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 day'
  WHERE key OPERATOR(pg_catalog.=) 'k1';
 SELECT expired FROM app.idempotency_scope_stats();
 SELECT app.idempotency_expire() AS expired_now, app.idempotency_expire(10) AS expired_again;

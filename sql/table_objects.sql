@@ -48,7 +48,8 @@ SELECT idempotency_complete('s', 'logged', 201);
 COMMIT;
 SELECT outcome FROM idempotency_begin('s', 'two-phase', request_hash('r'::text), lease => '1 hour');
 SELECT idempotency_checkpoint('s', 'two-phase', 'charged') > now() AS lease_renewed;
-UPDATE idempotency.keys SET expires_at = now() - interval '1 second' WHERE key = 'logged';
+UPDATE idempotency.keys SET expires_at = now() - interval '1 second', sweep_at = now() - interval '1 second'
+ WHERE key = 'logged';
 SELECT idempotency_expire() AS expired;
 SELECT * FROM key_changes;
 DROP TRIGGER log_changes ON idempotency.keys;

@@ -6,7 +6,8 @@ CREATE EXTENSION idempotency;
 CREATE ROLE regress_tenant_a;
 CREATE ROLE regress_tenant_b;
 CREATE ROLE regress_tenant_outsider;
-GRANT EXECUTE ON FUNCTION idempotency_begin, idempotency_complete, idempotency_lookup
+GRANT EXECUTE ON FUNCTION idempotency_begin, idempotency_complete, idempotency_lookup,
+    idempotency_forget, idempotency_keys
     TO regress_tenant_a, regress_tenant_b, regress_tenant_outsider;
 SET idempotency.tenant_isolation = role;
 
@@ -26,8 +27,22 @@ SELECT idempotency_complete('orders', 'k', 200, '{"secret": "b"}');
 COMMIT;
 SELECT outcome, response_body FROM idempotency_begin('orders', 'k', request_hash('b''s request'::text));
 
+-- nor through the store's other operations: b's listing shows only b's key,
+-- b's forget deletes only b's key, and b's newest-state lookup of a key a
+-- holds in flight shows nothing (a's claim data least of all)
+SELECT key, status, response_status FROM idempotency_keys('orders');
+SELECT idempotency_forget('orders', 'k') AS forgot_own, idempotency_forget('orders', 'k') AS forgot_again;
+SET ROLE regress_tenant_a;
+SELECT outcome, attempt FROM idempotency_begin('orders', 'held', request_hash('r'::text), lease => '1 hour',
+                                               claim_data => '{"card": "a''s"}');
+SET ROLE regress_tenant_b;
+SELECT count(*) AS seen FROM idempotency_lookup('orders', 'held', latest => true);
+SELECT outcome, attempt, claim_data FROM idempotency_begin('orders', 'held', request_hash('x'::text), lease => '1 hour');
+SELECT idempotency_forget('orders', 'held', attempt => 1) AS forgot_own_held;
+
 -- and a still gets its own response
 SET ROLE regress_tenant_a;
+SELECT status, attempt, claim_data FROM idempotency_lookup('orders', 'held', latest => true);
 SELECT outcome, response_body FROM idempotency_begin('orders', 'k', request_hash('a''s request'::text));
 SELECT status, response_body FROM idempotency_lookup('orders', 'k');
 RESET ROLE;
@@ -55,7 +70,7 @@ RESET ROLE;
 
 -- The tenant is a column of its own; it shows (and dumps) as the role's name.
 SELECT tenant, replace(scope, :'tenant_a', '<oid of a>') AS scope, status, response_body
-  FROM idempotency.keys ORDER BY tenant::text, scope;
+  FROM idempotency.keys ORDER BY tenant::text, scope, key;
 
 -- The keys of a role that is dropped are not inherited by a role created
 -- later under the same name (another OID), and the next sweep deletes them.

@@ -22,7 +22,7 @@ namespace idempotency::settings
 int default_ttl_s = 24 * 3600;
 int default_lease_ms = 60 * 1000;
 int default_wait_ms = 0;
-int max_key_length = 255;
+int max_key_length = 1024;
 int max_response_bytes = 1024 * 1024;
 bool store_server_errors = false;
 int tenant_isolation = tenant_isolation_off;

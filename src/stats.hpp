@@ -21,8 +21,11 @@ enum Counter
     wait_time_us,
     completes,
     server_errors_dropped,
+    responses_omitted,
+    responses_replaced,
     checkpoints,
     releases,
+    forgets,
     keys_expired,
     sweeps,
     counter_count

@@ -328,6 +328,16 @@ static Record not_found()
     return record;
 }
 
+// Who wrote a version that is not another transaction's in progress.
+static Writer committed_or_self(TupleTableSlot *slot)
+{
+    bool should_free;
+    HeapTuple tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
+    return TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data))
+               ? Writer::self
+               : Writer::committed;
+}
+
 // Decodes the version in `slot`, which satisfied the dirty `snapshot`:
 // HeapTupleSatisfiesDirty left the inserter still in progress, if any, in
 // snapshot->xmin.  The caller has made sure no transaction is deleting or
@@ -341,11 +351,7 @@ static void decode_newest(TupleTableSlot *slot, Snapshot snapshot, Record &recor
         record.writer_xid = snapshot->xmin;
         return;
     }
-    bool should_free;
-    HeapTuple tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
-    record.writer = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data))
-                        ? Writer::self
-                        : Writer::committed;
+    record.writer = committed_or_self(slot);
 }
 
 // Scans the primary key for (scope, key).  With a dirty snapshot an index scan
@@ -381,6 +387,7 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
         if (!dirty)
         {
             decode_version(slot, record);
+            record.writer = committed_or_self(slot);
             break;
         }
         if (TransactionIdIsValid(snapshot->xmax))
@@ -522,29 +529,100 @@ void update_record(Storage &storage, Record &record)
     written(storage, record, slot);
 }
 
+void delete_record(Storage &storage, const Record &record)
+{
+    WriteContext *writes = start_writes(storage);
+    TupleTableSlot *old_version = store_address(writes->old_version, record.tid);
+    run_write([&] {
+        ExecSimpleRelationDelete(writes->result, writes->estate, &writes->epq, old_version);
+    });
+    CommandCounterIncrement();
+}
+
+static TimestampTz whole_second_after(TimestampTz t)
+{
+    TimestampTz rest = t % USECS_PER_SEC;
+    return rest == 0 ? t : t + (rest > 0 ? USECS_PER_SEC - rest : -rest);
+}
+
+void set_expiry(const Storage &storage, Record &record, TimestampTz expires_at)
+{
+    TimestampTz sweep_at = whole_second_after(expires_at);
+    record.set(col_sweep_at, TimestampTzGetDatum(sweep_at));
+    record.set(col_expires_at,
+               TimestampTzGetDatum(storage.has(col_sweep_at) ? expires_at : sweep_at));
+}
+
+// ---------------------------------------------------------------------------
+// Listing a scope
+// ---------------------------------------------------------------------------
+
+KeyScan begin_key_scan(const Storage &storage, Oid tenant, Datum scope, Datum after_key,
+                       Snapshot snapshot)
+{
+    ScanKeyData keys[3];
+    int count = 0;
+    if (storage.has(col_tenant))
+    {
+        ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_OIDEQ,
+                    ObjectIdGetDatum(tenant));
+        count++;
+    }
+    ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_TEXTEQ, scope);
+    count++;
+    if (after_key != (Datum)0)
+    {
+        ScanKeyInit(&keys[count], count + 1, BTGreaterStrategyNumber, F_TEXT_GT, after_key);
+        count++;
+    }
+    KeyScan key_scan;
+    key_scan.scan = index_beginscan(storage.heap, storage.pkey, snapshot, count, 0);
+    index_rescan(key_scan.scan, keys, count, nullptr, 0);
+    key_scan.slot = table_slot_create(storage.heap, nullptr);
+    return key_scan;
+}
+
+bool next_key(KeyScan &scan, Record *record)
+{
+    if (!index_getnext_slot(scan.scan, ForwardScanDirection, scan.slot))
+        return false;
+    *record = not_found();
+    decode_version(scan.slot, *record);
+    record->writer = committed_or_self(scan.slot);
+    return true;
+}
+
+void end_key_scan(KeyScan &scan)
+{
+    ExecDropSingleTupleTableSlot(scan.slot);
+    index_endscan(scan.scan);
+}
+
 // ---------------------------------------------------------------------------
 // Expiry
 // ---------------------------------------------------------------------------
 
-// The index that drives expiry: a valid btree on expires_at alone.  Found
-// among the indexes the write context opened, so that a REINDEX
-// CONCURRENTLY of it changes nothing here.
-static Relation expiry_index(const WriteContext *writes)
+// The index that drives expiry: a valid btree on sweep_at alone (expires_at
+// before 0.2.0).  Found among the indexes the write context opened, so that
+// a REINDEX CONCURRENTLY of it changes nothing here.
+static Relation expiry_index(const Storage &storage, const WriteContext *writes)
 {
+    const Column key = storage.has(col_sweep_at) ? col_sweep_at : col_expires_at;
     const ResultRelInfo *result = writes->result;
     for (int i = 0; i < result->ri_NumIndices; i++)
     {
         Relation index = result->ri_IndexRelationDescs[i];
         const Form_pg_index form = index->rd_index;
         if (form->indisvalid && index->rd_rel->relam == BTREE_AM_OID && form->indnatts == 1 &&
-            form->indkey.values[0] == col_expires_at + 1 &&
+            form->indkey.values[0] == key + 1 &&
             heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, nullptr) &&
             heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, nullptr))
             return index;
     }
     ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
-                    errmsg("table \"idempotency.keys\" has no valid index on expires_at"),
-                    errhint("REINDEX INDEX idempotency.keys_expires_at_idx, or reinstall the "
+                    errmsg("table \"idempotency.keys\" has no valid index on %s",
+                           NameStr(TupleDescAttr(RelationGetDescr(storage.heap), key)->attname)),
+                    errhint("REINDEX the extension's expiry index, or reinstall the "
                             "extension.")));
 }
 
@@ -605,8 +683,8 @@ static void delete_expired(Sweep &sweep, TimestampTz now)
 {
     ScanKeyData bound;
     ScanKeyInit(&bound, 1, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
-    IndexScanDesc scan =
-        index_beginscan(sweep.storage.heap, expiry_index(sweep.writes), GetActiveSnapshot(), 1, 0);
+    IndexScanDesc scan = index_beginscan(
+        sweep.storage.heap, expiry_index(sweep.storage, sweep.writes), GetActiveSnapshot(), 1, 0);
     index_rescan(scan, &bound, 1, nullptr, 0);
     while (sweep.has_room() && index_getnext_slot(scan, ForwardScanDirection, sweep.slot))
     {

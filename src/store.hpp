@@ -57,6 +57,7 @@
 
 extern "C"
 {
+#include "access/genam.h"
 #include "access/tableam.h"
 #include "utils/timestamp.h"
 #include "utils/relcache.h"
@@ -90,6 +91,8 @@ enum Column
     col_lease,                 // the claim's lease length, which a checkpoint renews
     col_response_body_bytes,   // a response body stored as the caller's bytes
     col_response_body_omitted, // the response was over idempotency.max_response_bytes
+    col_claim_data,            // what the holder of a claim said about it
+    col_sweep_at,              // expires_at rounded up to a second: the expiry index's key
     column_count
 };
 // The columns of a table still at 0.1.0: the library of a newer version runs
@@ -201,11 +204,33 @@ bool fetch_own_claim(const Storage &storage, const Key &key, Record *record);
 // The version of the key visible to an MVCC snapshot.
 Record read_visible(const Storage &storage, const Key &key, Snapshot snapshot);
 
+// Sets when `record` expires, and when the sweep will look at it.  The sweep
+// finds records through an index on sweep_at, which is expires_at rounded up
+// to a whole second: a completion in the second of its claim leaves it
+// unchanged, so the completing update changes no indexed column and stays
+// HOT, while expires_at keeps the microseconds.  A table still at 0.1.0 has
+// no sweep_at and indexes expires_at itself, which is then rounded up.
+void set_expiry(const Storage &storage, Record &record, TimestampTz expires_at);
+
 // Writes `record` as a new row of `key`; the caller holds the key lock.
 void insert_record(Storage &storage, const Key &key, Record &record);
 // Replaces the version `record.tid` with `record`'s values; the caller holds
 // the key lock, or the version is its own transaction's uncommitted one.
 void update_record(Storage &storage, Record &record);
+// Deletes the version `record.tid`, under the same conditions.
+void delete_record(Storage &storage, const Record &record);
+
+// The records of one scope in key order, as an MVCC snapshot sees them,
+// after `after_key` when it is not 0: a keyset page through the primary key.
+struct KeyScan
+{
+    IndexScanDesc scan;
+    TupleTableSlot *slot;
+};
+KeyScan begin_key_scan(const Storage &storage, Oid tenant, Datum scope, Datum after_key,
+                       Snapshot snapshot);
+bool next_key(KeyScan &scan, Record *record);
+void end_key_scan(KeyScan &scan);
 
 // Deletes up to `max_rows` records that are expired at `now` (no limit when
 // max_rows < 0), found through the expiry index with a snapshot that sees

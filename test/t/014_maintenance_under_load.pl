@@ -94,7 +94,7 @@ is( $node->safe_psql(
 		                                           THEN 'checked' END, ', ' ORDER BY c.relname)
 		  FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
 		 WHERE x.indrelid = 'idempotency.keys'::regclass}),
-	'keys_expires_at_idx: checked, keys_pkey: checked',
+	'keys_pkey: checked, keys_sweep_at_idx: checked',
 	'amcheck finds every heap tuple in every index');
 
 # A completed key that has not expired was claimed once per attempt: one

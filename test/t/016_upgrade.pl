@@ -116,10 +116,19 @@ is( $answers_before,
 		'shop/old-key: claimed 1   '),
 	'before the update: replay, in progress, takeover and a fresh claim over an expired key');
 
+# 0.1.0's idempotency_stats() declares other columns: until the update, the
+# library refuses it with an error (it must not answer in the wrong types).
+my ($stats_rc, $stats_out, $stats_err) =
+  $node->psql('old', 'SELECT * FROM idempotency_stats()', on_error_stop => 1);
+like($stats_err, qr/idempotency_stats\(\) is declared by an older version.*\n.*ALTER EXTENSION idempotency UPDATE/,
+	'before the update, idempotency_stats() asks for the update');
+
 # ---------------------------------------------------------------------------
 # ALTER EXTENSION UPDATE
 # ---------------------------------------------------------------------------
 query('old', 'ALTER EXTENSION idempotency UPDATE');
+ok(query('old', 'SELECT claims >= 0 FROM idempotency_stats()') eq 't',
+	'after the update, idempotency_stats() answers');
 is(query('old', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
 	$version, "updated to $version");
 is(as_app('old', "BEGIN; $answers_sql; ROLLBACK;"), $answers_before,
