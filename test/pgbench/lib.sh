@@ -208,6 +208,13 @@ normal_or_smoke() {
     if [[ ${SMOKE:-0} == 1 ]]; then echo "$2"; else echo "$1"; fi
 }
 
+# pgbench's run length as arguments: $1 seconds, or in smoke mode a few
+# transactions per client, which end however loaded the machine is (a 1 s
+# run of 32 clients on a busy machine may complete none).
+run_length() {
+    if [[ ${SMOKE:-0} == 1 ]]; then echo "-t 5"; else echo "-T $1"; fi
+}
+
 # The command line as it was given: the settings among the named variables
 # that were set, then the command (the first argument).
 command_line() {
