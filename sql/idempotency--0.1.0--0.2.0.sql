@@ -29,7 +29,11 @@ COMMENT ON FUNCTION @extschema@.request_hash_parts(VARIADIC text[]) IS 'request_
 -- New columns go after 0.1.0's, in the order of the 0.2.0 install script.  The
 -- tenant's default (no tenant) fills the existing rows without rewriting the
 -- table.
+-- 0.1.0's CHECK constraints on status and attempt go: the library checks
+-- both when it reads a version (see the 0.2.0 install script).
 ALTER TABLE idempotency.keys
+    DROP CONSTRAINT IF EXISTS keys_status_check,
+    DROP CONSTRAINT IF EXISTS keys_attempt_check,
     ADD COLUMN tenant pg_catalog.regrole NOT NULL DEFAULT 0,
     ADD COLUMN lease interval,
     ADD COLUMN response_body_bytes bytea,
@@ -72,7 +76,7 @@ UPDATE idempotency.keys AS k
    AND p.role::oid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT i.role FROM isolated AS i));
 
 -- The sweep finds records through sweep_at now; 0.1.0's expires_at is
--- already a whole second.  Filling the column this way rewrites the table
+-- already a whole second, and a write keeps it (see the install script).  Filling the column this way rewrites the table
 -- once (no dead row versions), under the lock ALTER EXTENSION holds anyway.
 DROP INDEX idempotency.keys_expires_at_idx;
 ALTER TABLE idempotency.keys
@@ -86,7 +90,7 @@ COMMENT ON TABLE idempotency.keys IS
 COMMENT ON COLUMN idempotency.keys.tenant IS
     'the role that owns the key with idempotency.tenant_isolation = role, else 0 (-); dumped as the role''s name';
 COMMENT ON COLUMN idempotency.keys.sweep_at IS
-    'expires_at rounded up to a whole second: when the expiry sweep looks at the record';
+    'a whole second 1 to 2 seconds after expires_at: when the expiry sweep looks at the record';
 COMMENT ON INDEX idempotency.keys_sweep_at_idx IS 'drives expiry sweeps';
 
 -- ---------------------------------------------------------------------------

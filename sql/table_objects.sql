@@ -76,6 +76,21 @@ SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'big', 200, jsonb_build_o
 ROLLBACK;
 ALTER TABLE idempotency.keys DROP CONSTRAINT small_responses;
 
+-- A row changed by hand to a status or attempt the library never writes is
+-- refused when read (XX001), rather than taken for a claim; its key answers
+-- again once the row is corrected.
+BEGIN;
+SELECT outcome FROM idempotency_begin('s', 'edited', request_hash('r'::text));
+SELECT idempotency_complete('s', 'edited', 200);
+COMMIT;
+UPDATE idempotency.keys SET status = 'x' WHERE key = 'edited';
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'edited', request_hash('r'::text)) $$);
+SELECT pg_temp.try($$ SELECT * FROM idempotency_lookup('s', 'edited') $$);
+UPDATE idempotency.keys SET status = 'c', attempt = 0 WHERE key = 'edited';
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'edited', request_hash('r'::text)) $$);
+UPDATE idempotency.keys SET attempt = 1 WHERE key = 'edited';
+SELECT outcome FROM idempotency_begin('s', 'edited', request_hash('r'::text));
+
 DROP TABLE key_changes;
 DROP FUNCTION log_key_change(), drop_writes();
 DROP EXTENSION idempotency;

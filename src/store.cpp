@@ -317,6 +317,15 @@ static void decode_version(TupleTableSlot *slot, Record &record)
         record.set_null(Column(column));
     record.tid = copy->t_self;
     record.found = true;
+    // The table has no CHECK constraints (they cost every write; see the
+    // install script): a version this library did not write is refused here.
+    if ((record.status() != status_in_progress && record.status() != status_completed) ||
+        record.attempt() <= 0)
+        ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+                        errmsg("a record in table \"idempotency.keys\" has an invalid status or "
+                               "attempt"),
+                        errhint("A row of the extension's storage was changed by hand; correct "
+                                "or delete it.")));
 }
 
 static Record not_found()
@@ -547,10 +556,18 @@ static TimestampTz whole_second_after(TimestampTz t)
 
 void set_expiry(const Storage &storage, Record &record, TimestampTz expires_at)
 {
-    TimestampTz sweep_at = whole_second_after(expires_at);
-    record.set(col_sweep_at, TimestampTzGetDatum(sweep_at));
-    record.set(col_expires_at,
-               TimestampTzGetDatum(storage.has(col_sweep_at) ? expires_at : sweep_at));
+    if (!storage.has(col_sweep_at))
+    {
+        record.set(col_expires_at, TimestampTzGetDatum(whole_second_after(expires_at)));
+        return;
+    }
+    record.set(col_expires_at, TimestampTzGetDatum(expires_at));
+    bool keep = record.found && !record.nulls[col_sweep_at] &&
+                DatumGetTimestampTz(record.values[col_sweep_at]) >= expires_at &&
+                DatumGetTimestampTz(record.values[col_sweep_at]) < expires_at + 2 * USECS_PER_SEC;
+    if (!keep)
+        record.set(col_sweep_at,
+                   TimestampTzGetDatum(whole_second_after(expires_at) + USECS_PER_SEC));
 }
 
 // ---------------------------------------------------------------------------

@@ -92,7 +92,7 @@ enum Column
     col_response_body_bytes,   // a response body stored as the caller's bytes
     col_response_body_omitted, // the response was over idempotency.max_response_bytes
     col_claim_data,            // what the holder of a claim said about it
-    col_sweep_at,              // expires_at rounded up to a second: the expiry index's key
+    col_sweep_at,              // a whole second 1-2 s after expires_at: the expiry index's key
     column_count
 };
 // The columns of a table still at 0.1.0: the library of a newer version runs
@@ -205,11 +205,11 @@ bool fetch_own_claim(const Storage &storage, const Key &key, Record *record);
 Record read_visible(const Storage &storage, const Key &key, Snapshot snapshot);
 
 // Sets when `record` expires, and when the sweep will look at it.  The sweep
-// finds records through an index on sweep_at, which is expires_at rounded up
-// to a whole second: a completion in the second of its claim leaves it
-// unchanged, so the completing update changes no indexed column and stays
-// HOT, while expires_at keeps the microseconds.  A table still at 0.1.0 has
-// no sweep_at and indexes expires_at itself, which is then rounded up.
+// finds records through an index on sweep_at, a whole second 1 to 2 seconds
+// after expires_at, kept by a write while it is still in that window: so a
+// completion within a second of its claim changes no indexed column and
+// stays HOT, while expires_at keeps the microseconds.  A table still at 0.1.0
+// has no sweep_at and indexes expires_at itself, which is then rounded up.
 void set_expiry(const Storage &storage, Record &record, TimestampTz expires_at);
 
 // Writes `record` as a new row of `key`; the caller holds the key lock.
