@@ -1,12 +1,18 @@
 # Build with PGXS. `make test` and `make demo` bootstrap a fresh machine first
 # (packages, build, install), so they must work before pg_config exists; the
-# targets that need PGXS (all, install, clean ...) stop instead.
+# targets that need PGXS (all, install, installcheck, clean ...) stop instead.
 EXTENSION = idempotency
 MODULE_big = idempotency
 OBJS = src/module.o src/boundary.o src/sha256.o src/canonical.o src/request_hash.o src/store.o src/claims.o \
        src/api.o src/stats.o src/worker.o
 DATA = $(wildcard sql/idempotency--*.sql)
 DOCS = README.md
+# `make installcheck`: the pg_regress suite, every sql/*.sql but the install and
+# upgrade scripts (DATA), against a running server where `make install` put the
+# extension (connection from PGHOST, PGPORT, PGUSER; a superuser, whose server
+# can write results/).  A UTF-8 database in the C locale, as test/run's cluster.
+REGRESS = $(sort $(patsubst sql/%.sql,%,$(filter-out $(DATA),$(wildcard sql/*.sql))))
+REGRESS_OPTS = --encoding=UTF8 --no-locale
 
 PG_CONFIG ?= pg_config
 # C++17; PostgreSQL headers are treated as system headers so -Wextra judges only our code.
