@@ -1,5 +1,8 @@
 -- Bad input gets a clear error with a documented SQLSTATE, and nothing changes.
+-- (Quietly: without shared_preload_libraries it warns; t/001_preload.pl tests that.)
+SET client_min_messages = error;
 CREATE EXTENSION idempotency;
+RESET client_min_messages;
 
 -- Runs a statement and shows "SQLSTATE: message" (or "ok").  The exception
 -- block is a savepoint, so a failed call leaves nothing behind.

@@ -1,5 +1,8 @@
 -- The extension as an object: dump registration, comments, clean removal.
+-- (Quietly: without shared_preload_libraries it warns; t/001_preload.pl tests that.)
+SET client_min_messages = error;
 CREATE EXTENSION idempotency;
+RESET client_min_messages;
 
 -- pg_dump keeps the keys (a restore without them would replay nothing).
 SELECT extconfig::regclass[] AS dumped_tables, extcondition FROM pg_extension WHERE extname = 'idempotency';
@@ -30,6 +33,9 @@ SELECT count(*) AS operator_families FROM pg_opfamily WHERE opfname LIKE 'reques
 SELECT count(*) AS casts FROM pg_cast WHERE castsource = 'bytea'::regtype AND casttarget NOT IN (SELECT oid FROM pg_type WHERE typnamespace = 'pg_catalog'::regnamespace);
 
 -- And it installs again after removal.
+-- (Quietly: without shared_preload_libraries it warns; t/001_preload.pl tests that.)
+SET client_min_messages = error;
 CREATE EXTENSION idempotency;
+RESET client_min_messages;
 SELECT count(*) AS keys_after_reinstall FROM idempotency.keys;
 DROP EXTENSION idempotency;

@@ -2,7 +2,10 @@
 -- length check.  request_hash(jsonb) agrees with jsonb equality however the
 -- document is spelled, deep or huge input fails cleanly (never a crash), odd
 -- keys round-trip byte for byte, and the limits hold to the byte.
+-- (Quietly: without shared_preload_libraries it warns; t/001_preload.pl tests that.)
+SET client_min_messages = error;
 CREATE EXTENSION idempotency;
+RESET client_min_messages;
 
 -- Runs a statement and shows "SQLSTATE: message" (or "ok").
 CREATE FUNCTION pg_temp.try(statement text) RETURNS text LANGUAGE plpgsql AS $$

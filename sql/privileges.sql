@@ -1,7 +1,10 @@
 -- EXECUTE on the idempotency_* functions is not granted to PUBLIC, and the
 -- storage is not readable or writable by PUBLIC.  The README's GRANTs let an
 -- application role use every function.
+-- (Quietly: without shared_preload_libraries it warns; t/001_preload.pl tests that.)
+SET client_min_messages = error;
 CREATE EXTENSION idempotency;
+RESET client_min_messages;
 CREATE ROLE regress_idem_app NOLOGIN;
 CREATE ROLE regress_idem_outsider NOLOGIN;
 

@@ -2,7 +2,10 @@
 -- an ordinary INSERT, UPDATE or DELETE: indexes get their entries, row
 -- triggers fire, constraints are checked -- and errors those raise do not
 -- print the row (scope, key, response) in their DETAIL.
+-- (Quietly: without shared_preload_libraries it warns; t/001_preload.pl tests that.)
+SET client_min_messages = error;
 CREATE EXTENSION idempotency;
+RESET client_min_messages;
 
 -- Runs a statement and shows "SQLSTATE: message" and the DETAIL, if any.
 CREATE FUNCTION pg_temp.try(statement text) RETURNS text LANGUAGE plpgsql AS $$

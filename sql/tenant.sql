@@ -2,7 +2,10 @@
 -- (current_user), held in a column of its own: one role cannot read, replay,
 -- complete or even detect another role's keys, also across SET ROLE within
 -- one session, and no scope that any role types reaches them.
+-- (Quietly: without shared_preload_libraries it warns; t/001_preload.pl tests that.)
+SET client_min_messages = error;
 CREATE EXTENSION idempotency;
+RESET client_min_messages;
 CREATE ROLE regress_tenant_a;
 CREATE ROLE regress_tenant_b;
 CREATE ROLE regress_tenant_outsider;

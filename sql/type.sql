@@ -1,6 +1,9 @@
 -- The request_hash type: hashing constructors, text and binary forms, casts,
 -- comparison, and the btree and hash operator classes at work.
+-- (Quietly: without shared_preload_libraries it warns; t/001_preload.pl tests that.)
+SET client_min_messages = error;
 CREATE EXTENSION idempotency;
+RESET client_min_messages;
 
 --
 -- Known answers: the SHA-256 vectors of FIPS 180-2 (one and two blocks).
