@@ -175,11 +175,45 @@ SELECT outcome FROM idempotency_begin('pay', 'long', request_hash('r'::text), le
 SELECT idempotency_checkpoint('pay', 'long', 'step 1') BETWEEN now() + '119 minutes' AND now() + '121 minutes'
        AS renewed_by_own_lease;
 
--- Completing within a second of the claim keeps the indexed columns
+-- A claim completed in its own transaction is written once, completed: its
+-- claim waits in shared memory until then (deferred.hpp), so begin and
+-- complete make one INSERT and no UPDATE -- when the library is preloaded;
+-- without the shared table, the claim's row comes first.
+BEGIN;
+SELECT n_tup_ins AS inserts_before, n_tup_upd AS updates_before
+  FROM pg_stat_xact_user_tables WHERE relid = 'idempotency.keys'::regclass \gset
+SELECT outcome FROM idempotency_begin('shop', 'once', request_hash('r'::text));
+SELECT idempotency_complete('shop', 'once', 200, '{"ok": true}');
+SELECT n_tup_ins - :inserts_before = 1
+       AND n_tup_upd - :updates_before = CASE WHEN s.preloaded THEN 0 ELSE 1 END
+       AS written_once_when_preloaded
+  FROM pg_stat_xact_user_tables, idempotency_stats() AS s
+ WHERE relid = 'idempotency.keys'::regclass;
+COMMIT;
+
+-- A transaction defers at most 64 claims: the 65th and 66th are written at
+-- begin (when preloaded; without preloading all 66 are), and all 66 are
+-- stored at commit.
+BEGIN;
+SELECT n_tup_ins AS inserts_before
+  FROM pg_stat_xact_user_tables WHERE relid = 'idempotency.keys'::regclass \gset
+SELECT count(*) FILTER (WHERE outcome = 'claimed') AS claimed
+  FROM generate_series(1, 66) AS n,
+       idempotency_begin('many', 'k' || n, request_hash('r'::text), lease => '1 minute');
+SELECT n_tup_ins - :inserts_before = CASE WHEN s.preloaded THEN 2 ELSE 66 END
+       AS only_the_overflow_written
+  FROM pg_stat_xact_user_tables, idempotency_stats() AS s
+ WHERE relid = 'idempotency.keys'::regclass;
+COMMIT;
+SELECT count(*) AS stored FROM idempotency.keys WHERE scope = 'many' AND status = 'p';
+
+-- With idempotency.defer_claims off, the claim's row is written at begin,
+-- and completing within a second of the claim keeps the indexed columns
 -- (sweep_at too), so the update is HOT (one heap version added in place, no
 -- index entries).  (Should this session stall for a second between the two
 -- calls, HOT is not owed; the test then checks only the update.)
 BEGIN;
+SET LOCAL idempotency.defer_claims = off;
 SELECT outcome FROM idempotency_begin('shop', 'hot', request_hash('r'::text));
 SELECT n_tup_upd AS updates_before, n_tup_hot_upd AS hot_before, sweep_at AS claim_sweep_at
   FROM pg_stat_xact_user_tables, idempotency.keys
@@ -194,8 +228,10 @@ COMMIT;
 
 -- idempotency_expire() deletes expired keys now: completed ones past their
 -- expiry, and unfinished claims only once their lease has ended too.  (One
--- transaction, so that the background worker cannot get there first.)
+-- transaction, so that the background worker cannot get there first; the
+-- claims are written at once, for the UPDATE to age them.)
 BEGIN;
+SET LOCAL idempotency.defer_claims = off;
 SELECT outcome FROM idempotency_begin('gc', 'done', request_hash('r'::text));
 SELECT idempotency_complete('gc', 'done', 200);
 SELECT outcome FROM idempotency_begin('gc', 'leased', request_hash('r'::text), lease => '1 hour');

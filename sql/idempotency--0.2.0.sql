@@ -354,6 +354,7 @@ CREATE FUNCTION @extschema@.idempotency_stats(
     OUT completes bigint, OUT server_errors_dropped bigint, OUT responses_omitted bigint,
     OUT responses_replaced bigint, OUT checkpoints bigint, OUT releases bigint, OUT forgets bigint,
     OUT keys_expired bigint, OUT sweeps bigint,
+    OUT deferred_claims bigint, OUT deferred_fallbacks bigint,
     OUT last_sweep_time double precision, OUT last_sweep_seconds double precision,
     OUT last_error text, OUT last_error_time double precision)
     AS 'MODULE_PATHNAME', 'idempotency_stats' LANGUAGE C VOLATILE PARALLEL SAFE;

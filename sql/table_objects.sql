@@ -32,7 +32,10 @@ RESET enable_seqscan;
 DROP INDEX idempotency.keys_request_idx;
 
 -- AFTER ROW triggers fire for every write, the sweep's deletes included (the
--- way trigger-based tools such as pg_repack follow the table).
+-- way trigger-based tools such as pg_repack follow the table).  A claim
+-- completed in its own transaction is one INSERT of the completed row; with
+-- idempotency.defer_claims off, the claim's INSERT and the completion's
+-- UPDATE.
 CREATE TABLE key_changes (op text, key text, status "char");
 CREATE FUNCTION log_key_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -49,6 +52,11 @@ BEGIN;
 SELECT outcome FROM idempotency_begin('s', 'logged', request_hash('r'::text), ttl => '1 hour');
 SELECT idempotency_complete('s', 'logged', 201);
 COMMIT;
+BEGIN;
+SET LOCAL idempotency.defer_claims = off;
+SELECT outcome FROM idempotency_begin('s', 'logged at once', request_hash('r'::text));
+SELECT idempotency_complete('s', 'logged at once', 201);
+COMMIT;
 SELECT outcome FROM idempotency_begin('s', 'two-phase', request_hash('r'::text), lease => '1 hour');
 SELECT idempotency_checkpoint('s', 'two-phase', 'charged') > now() AS lease_renewed;
 UPDATE idempotency.keys SET expires_at = now() - interval '1 second', sweep_at = now() - interval '1 second'
@@ -58,18 +66,24 @@ SELECT * FROM key_changes;
 DROP TRIGGER log_changes ON idempotency.keys;
 
 -- A BEFORE ROW trigger that suppresses the write would leave a claim or a
--- response silently unwritten: 09000, and nothing is written.
+-- response silently unwritten: 09000, and nothing is written -- whether the
+-- write is the completed row or (idempotency.defer_claims off) the claim's.
 CREATE FUNCTION drop_writes() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
 CREATE TRIGGER drop_writes BEFORE INSERT ON idempotency.keys
     FOR EACH ROW EXECUTE FUNCTION drop_writes();
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'suppressed', request_hash('r'::text)),
+                             idempotency_complete('s', 'suppressed', 200) $$);
+SET idempotency.defer_claims = off;
 SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'suppressed', request_hash('r'::text)) $$);
+RESET idempotency.defer_claims;
 DROP TRIGGER drop_writes ON idempotency.keys;
 SELECT count(*) AS suppressed FROM idempotency.keys WHERE key = 'suppressed';
 
 -- A unique index or a check constraint that a write violates: the error
 -- names the constraint, and its DETAIL does not show the row.
 CREATE UNIQUE INDEX keys_key_unique ON idempotency.keys (key);
-SELECT pg_temp.try($$ SELECT idempotency_begin('secret-scope', 'two-phase', request_hash('secret'::text)) $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('secret-scope', 'two-phase', request_hash('secret'::text)),
+                             idempotency_complete('secret-scope', 'two-phase', 200) $$);
 DROP INDEX idempotency.keys_key_unique;
 ALTER TABLE idempotency.keys ADD CONSTRAINT small_responses
     CHECK (response_body IS NULL OR pg_column_size(response_body) < 100);

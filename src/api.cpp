@@ -4,6 +4,7 @@
 #include "arguments.hpp"
 #include "boundary.hpp"
 #include "claims.hpp"
+#include "deferred.hpp"
 #include "module.hpp"
 #include "stats.hpp"
 #include "store.hpp"
@@ -198,6 +199,17 @@ void fill_claim(const Storage &storage, Record &record, const BeginArgs &args, K
 constexpr int busy_rereads = 5;
 constexpr long busy_reread_pause_us = 100;
 
+// Publishes a fresh claim instead of writing it, when it may be deferred:
+// then complete in the same transaction writes the record once.  Not a claim
+// that is certain to commit unfinished (an explicit lease outside a
+// transaction block): its row would only be written later.
+bool defer(const Storage &storage, const BeginArgs &args, const Record &record)
+{
+    if (!idempotency::settings::defer_claims || (args.lease_given && !IsTransactionBlock()))
+        return false;
+    return idempotency::deferred::publish(storage, args.key, record);
+}
+
 // What the key holds now, and what that means for this caller.
 KeyState observe(Storage &storage, const BeginArgs &args, Record &record, TimestampTz &now)
 {
@@ -238,10 +250,16 @@ BeginAnswer begin_once(Storage &storage, const BeginArgs &args)
             for (int column = 0; column < store::column_count; column++)
                 record.set_null(store::Column(column));
         fill_claim(storage, record, args, state, now);
-        if (state == KeyState::absent)
-            store::insert_record(storage, args.key, record);
-        else
+        if (state != KeyState::absent)
             store::update_record(storage, record);
+        else if (defer(storage, args, record))
+        {
+            record.found = true;
+            record.writer = Writer::self;
+            record.deferred = true;
+        }
+        else
+            store::insert_record(storage, args.key, record);
         result = answer(Outcome::claimed, record);
     }
     store::unlock_key(args.key);

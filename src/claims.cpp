@@ -45,8 +45,10 @@ static void forget_rolled_back(SubTransactionId rolled_back)
             hash_search(unsettled, &claim->key_hash, HASH_REMOVE, nullptr);
 }
 
-static void refuse_commit()
+void refuse_unsettled()
 {
+    if (unsettled == nullptr)
+        return;
     HASH_SEQ_STATUS scan;
     hash_seq_init(&scan, unsettled);
     UnsettledClaim *claim = static_cast<UnsettledClaim *>(hash_seq_search(&scan));
@@ -77,7 +79,7 @@ static void on_transaction_event(XactEvent event, void *)
     if (unsettled == nullptr)
         return;
     if (event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT)
-        refuse_commit();
+        refuse_unsettled();
     else if (event != XACT_EVENT_PRE_PREPARE)
         forget_all();
 }

@@ -22,5 +22,8 @@ namespace idempotency::claims
 void note_claim(const store::Key &key, bool lease_given);
 // After idempotency_complete or idempotency_release: the claim is settled.
 void note_settled(const store::Key &key);
+// Raises IK004 when a claim noted would commit unsettled; the commit does
+// it too, and anything else that runs at commit time may do it first.
+void refuse_unsettled();
 
 } // namespace idempotency::claims

@@ -2,6 +2,7 @@
 // the listing of a scope, key_problem, expire, stats.
 #include "arguments.hpp"
 #include "boundary.hpp"
+#include "deferred.hpp"
 #include "module.hpp"
 #include "stats.hpp"
 #include "store.hpp"
@@ -233,6 +234,14 @@ IDEMPOTENCY_FUNCTION(idempotency_keys)
                  errhidestmt(true)));
     InitMaterializedSRF(fcinfo, 0);
     ReturnSetInfo *result = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+    // This transaction's deferred claims are listed as their rows, which
+    // the statement's snapshot sees once written, with a later command id.
+    bool wrote = idempotency::deferred::write_all();
+    if (wrote)
+    {
+        PushCopiedSnapshot(ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot());
+        UpdateActiveSnapshotCommandId();
+    }
     Storage storage = store::open(AccessShareLock);
     store::Key stored = store::stored_key(storage, scope);
     Snapshot snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
@@ -250,6 +259,8 @@ IDEMPOTENCY_FUNCTION(idempotency_keys)
     }
     store::end_key_scan(scan);
     store::close(storage);
+    if (wrote)
+        PopActiveSnapshot();
     return (Datum)0;
 }
 

@@ -1,5 +1,6 @@
 // Module magic, _PG_init and the settings.
 #include "boundary.hpp"
+#include "deferred.hpp"
 #include "module.hpp"
 #include "stats.hpp"
 #include "worker.hpp"
@@ -7,6 +8,7 @@
 extern "C"
 {
 #include "miscadmin.h"
+#include "storage/ipc.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
@@ -29,6 +31,8 @@ int tenant_isolation = tenant_isolation_off;
 bool worker_enabled = true;
 int expire_interval_ms = 10 * 1000;
 int expire_batch_size = 10000;
+int max_deferred_claims = 4096;
+bool defer_claims = true;
 
 // Values of idempotency.inject_fault, in the order of idempotency::injected_fault.
 static const struct config_enum_entry fault_options[] = {
@@ -89,6 +93,22 @@ static void define()
         "Short transactions keep the worker out of the way of requests and of vacuum.",
         &expire_batch_size, expire_batch_size, 1, 1000000, PGC_SIGHUP, 0, nullptr, nullptr,
         nullptr);
+    // A PGC_POSTMASTER setting can only be defined while the postmaster
+    // starts: defined later (CREATE EXTENSION without preloading), it is fatal.
+    if (process_shared_preload_libraries_in_progress)
+        DefineCustomIntVariable(
+            "idempotency.max_deferred_claims",
+            "Fresh claims that may wait in shared memory for their transaction's completion.",
+            "A claim completed in its own transaction is then written once, completed; 0 writes "
+            "every claim at once.  Needs shared_preload_libraries.",
+            &max_deferred_claims, max_deferred_claims, 0, 1000000, PGC_POSTMASTER, 0, nullptr,
+            nullptr, nullptr);
+    DefineCustomBoolVariable(
+        "idempotency.defer_claims",
+        "Writes a fresh claim's row only when its transaction completes, changes or commits it.",
+        "Off: every claim is written at once, so that triggers and readers of the table see it "
+        "from idempotency_begin on.",
+        &defer_claims, defer_claims, PGC_USERSET, 0, nullptr, nullptr, nullptr);
     DefineCustomEnumVariable(
         "idempotency.inject_fault", "Makes every function of the extension throw (for testing).",
         "exception throws a C++ exception, out_of_memory a std::bad_alloc; both must come out as "
@@ -104,6 +124,27 @@ static void define()
 
 } // namespace idempotency::settings
 
+// Shared memory of the counters and of the deferred claims: asked for while
+// the postmaster loads the preloaded library, set up once it exists.
+static shmem_request_hook_type previous_request_hook = nullptr;
+static shmem_startup_hook_type previous_startup_hook = nullptr;
+
+static void request_shared_memory()
+{
+    if (previous_request_hook)
+        previous_request_hook();
+    idempotency::stats::reserve_shared_memory();
+    idempotency::deferred::reserve_shared_memory();
+}
+
+static void attach_shared_memory()
+{
+    if (previous_startup_hook)
+        previous_startup_hook();
+    idempotency::stats::attach_shared_memory();
+    idempotency::deferred::attach_shared_memory();
+}
+
 void _PG_init(void)
 {
     idempotency::guarded([] {
@@ -112,7 +153,10 @@ void _PG_init(void)
         // loaded later, the functions work and count nothing.
         if (!process_shared_preload_libraries_in_progress)
             return;
-        idempotency::stats::request_shared_memory();
+        previous_request_hook = shmem_request_hook;
+        shmem_request_hook = request_shared_memory;
+        previous_startup_hook = shmem_startup_hook;
+        shmem_startup_hook = attach_shared_memory;
         if (!IsBinaryUpgrade)
             idempotency::worker::register_launcher();
     });

@@ -27,29 +27,13 @@ struct Shared
 };
 
 static Shared *shared = nullptr;
-static shmem_startup_hook_type previous_startup_hook = nullptr;
-#if PG_VERSION_NUM >= 150000
-static shmem_request_hook_type previous_request_hook = nullptr;
-#endif
-
-static void reserve()
+void reserve_shared_memory()
 {
     RequestAddinShmemSpace(MAXALIGN(sizeof(Shared)));
 }
 
-#if PG_VERSION_NUM >= 150000
-static void request_hook()
+void attach_shared_memory()
 {
-    if (previous_request_hook)
-        previous_request_hook();
-    reserve();
-}
-#endif
-
-static void startup_hook()
-{
-    if (previous_startup_hook)
-        previous_startup_hook();
     LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
     bool found;
     shared = static_cast<Shared *>(ShmemInitStruct("idempotency stats", sizeof(Shared), &found));
@@ -64,18 +48,6 @@ static void startup_hook()
         shared->last_error[0] = '\0';
     }
     LWLockRelease(AddinShmemInitLock);
-}
-
-void request_shared_memory()
-{
-#if PG_VERSION_NUM >= 150000
-    previous_request_hook = shmem_request_hook;
-    shmem_request_hook = request_hook;
-#else
-    reserve();
-#endif
-    previous_startup_hook = shmem_startup_hook;
-    shmem_startup_hook = startup_hook;
 }
 
 bool available()

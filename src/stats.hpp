@@ -28,11 +28,15 @@ enum Counter
     forgets,
     keys_expired,
     sweeps,
+    deferred_claims,
+    deferred_fallbacks,
     counter_count
 };
 
-// Asks for the shared memory; called from _PG_init while preloading.
-void request_shared_memory();
+// Asks for the counters' shared memory (module.cpp's shmem_request_hook),
+// then finds or initialises it (its shmem_startup_hook).
+void reserve_shared_memory();
+void attach_shared_memory();
 // False when the library was not preloaded: counting is then a no-op.
 bool available();
 void add(Counter counter, uint64 amount = 1);

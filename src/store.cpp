@@ -2,6 +2,7 @@
 // the caches.
 #include "store.hpp"
 #include "compat.hpp"
+#include "deferred.hpp"
 
 extern "C"
 {
@@ -317,6 +318,7 @@ static void decode_version(TupleTableSlot *slot, Record &record)
         record.set_null(Column(column));
     record.tid = copy->t_self;
     record.found = true;
+    record.deferred = false;
     // The table has no CHECK constraints (they cost every write; see the
     // install script): a version this library did not write is refused here.
     if ((record.status() != status_in_progress && record.status() != status_completed) ||
@@ -415,6 +417,9 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
 
 Record read_latest(const Storage &storage, const Key &key)
 {
+    Record deferred_claim;
+    if (deferred::find(key, true, &deferred_claim))
+        return deferred_claim;
     SnapshotData dirty;
     InitDirtySnapshot(dirty);
     return scan_key(storage, key, &dirty);
@@ -422,6 +427,9 @@ Record read_latest(const Storage &storage, const Key &key)
 
 Record read_visible(const Storage &storage, const Key &key, Snapshot snapshot)
 {
+    Record own_deferred_claim;
+    if (deferred::find(key, false, &own_deferred_claim))
+        return own_deferred_claim;
     return scan_key(storage, key, snapshot);
 }
 
@@ -475,6 +483,8 @@ static bool is_of_key(const Storage &storage, const Record &record, const Key &k
 
 bool fetch_own_claim(const Storage &storage, const Key &key, Record *record)
 {
+    if (deferred::find(key, false, record))
+        return true;
     if (last_write.heap != RelationGetRelid(storage.heap) ||
         last_write.lxid != compat::current_lxid())
         return false;
@@ -510,6 +520,7 @@ static void written(Storage &storage, Record &record, const TupleTableSlot *slot
     check_written(slot);
     record.tid = slot->tts_tid;
     record.found = true;
+    record.deferred = false;
     record.writer = Writer::self;
     remember_write(storage, record.tid);
     // Lets a later call in the same statement see and change the row.
@@ -527,8 +538,28 @@ void insert_record(Storage &storage, const Key &key, Record &record)
     written(storage, record, slot);
 }
 
+// The key a record holds.
+static Key key_of(const Record &record)
+{
+    return Key{DatumGetObjectId(record.values[col_tenant]), record.values[col_scope],
+               record.values[col_key]};
+}
+
+// The row of the caller's own deferred claim, with `record`'s values.
+static void write_deferred(Storage &storage, Record &record)
+{
+    Key key = key_of(record);
+    insert_record(storage, key, record);
+    deferred::note_written(key);
+}
+
 void update_record(Storage &storage, Record &record)
 {
+    if (record.deferred)
+    {
+        write_deferred(storage, record);
+        return;
+    }
     WriteContext *writes = start_writes(storage);
     TupleTableSlot *old_version = store_address(writes->old_version, record.tid);
     TupleTableSlot *slot = store_values(writes->new_version, record);
@@ -540,8 +571,11 @@ void update_record(Storage &storage, Record &record)
 
 void delete_record(Storage &storage, const Record &record)
 {
+    Record written_record = record;
+    if (record.deferred)
+        write_deferred(storage, written_record);
     WriteContext *writes = start_writes(storage);
-    TupleTableSlot *old_version = store_address(writes->old_version, record.tid);
+    TupleTableSlot *old_version = store_address(writes->old_version, written_record.tid);
     run_write([&] {
         ExecSimpleRelationDelete(writes->result, writes->estate, &writes->epq, old_version);
     });

@@ -144,6 +144,7 @@ struct Record
     bool found;
     Writer writer;
     TransactionId writer_xid; // for Writer::other: the transaction to wait for
+    bool deferred = false;    // a deferred claim (deferred.hpp): no row, tid invalid
     ItemPointerData tid;
     Datum values[column_count];
     bool nulls[column_count];
@@ -195,13 +196,15 @@ void close(Storage &storage);
 // other function takes the stored key.
 Key stored_key(const Storage &storage, const Key &key);
 
-// The newest version of the key, seen through a dirty snapshot.
+// The newest version of the key, seen through a dirty snapshot, or a
+// deferred claim of it (deferred.hpp), which stands for its row.
 Record read_latest(const Storage &storage, const Key &key);
 // The caller's own uncommitted claim on the key, fetched by its address
 // without an index scan when it is the version this backend wrote last (the
 // usual complete after begin).  False when it is not; read_latest then knows.
 bool fetch_own_claim(const Storage &storage, const Key &key, Record *record);
-// The version of the key visible to an MVCC snapshot.
+// The version of the key visible to an MVCC snapshot (or this transaction's
+// own deferred claim of it).
 Record read_visible(const Storage &storage, const Key &key, Snapshot snapshot);
 
 // Sets when `record` expires, and when the sweep will look at it.  The sweep
@@ -216,8 +219,11 @@ void set_expiry(const Storage &storage, Record &record, TimestampTz expires_at);
 void insert_record(Storage &storage, const Key &key, Record &record);
 // Replaces the version `record.tid` with `record`'s values; the caller holds
 // the key lock, or the version is its own transaction's uncommitted one.
+// The caller's own deferred claim has no version: its row is inserted.
 void update_record(Storage &storage, Record &record);
-// Deletes the version `record.tid`, under the same conditions.
+// Deletes the version `record.tid`, under the same conditions (a deferred
+// claim is written first, so that the deletion rolls back with its
+// subtransaction like any other).
 void delete_record(Storage &storage, const Record &record);
 
 // The records of one scope in key order, as an MVCC snapshot sees them,
