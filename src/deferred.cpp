@@ -1,6 +1,5 @@
 // Deferred claims; see deferred.hpp for why each rule holds.
 #include "deferred.hpp"
-#include <algorithm>
 #include "claims.hpp"
 #include "module.hpp"
 #include "stats.hpp"
@@ -115,7 +114,7 @@ static LWLock *partition_lock(uint32 hash)
 
 static long table_entries()
 {
-    return std::max(long(settings::max_deferred_claims), dynahash_free_lists);
+    return Max(long(settings::max_deferred_claims), dynahash_free_lists);
 }
 
 static Size table_size()

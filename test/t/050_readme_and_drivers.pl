@@ -1,5 +1,6 @@
 # The README's examples, run exactly as written, by the role they are written
 # for, through real drivers and through a connection pooler:
+#  * the ten-line introduction as a superuser, in a database of its own;
 #  * the setup block as a superuser, then the SQL and PL/pgSQL handlers as the
 #    application role, which has nothing but the README's grants;
 #  * the Python handlers (test/drivers/readme_handlers.py) with psycopg 3 --
@@ -25,9 +26,18 @@ use Test::More;
 
 my $readme = 'README.md';
 my %blocks = slurp_file($readme) =~ /<!-- tested: (\S+) -->\n```\w*\n(.*?)\n```/gs;
-ok(scalar(keys %blocks) >= 7, 'the README has its tested examples') or diag(join ', ', keys %blocks);
+ok(scalar(keys %blocks) >= 8, 'the README has its tested examples') or diag(join ', ', keys %blocks);
 
 my $node = new_node('readme');
+
+# The ten-line introduction, as a superuser in a database of its own.
+$node->safe_psql('postgres', 'CREATE DATABASE intro');
+my ($intro_ret, $intro_out, $intro_err) =
+  $node->psql('intro', $blocks{'intro.sql'}, on_error_stop => 1);
+is($intro_ret, 0, 'intro.sql runs') or diag($intro_err);
+is($intro_out, "claimed\nt\nreplay|201|{\"order\": 1}",
+	'intro.sql claims, then replays the stored response, as its text says');
+is($node->safe_psql('intro', 'SELECT count(*) FROM orders'), '1', 'intro.sql wrote one order');
 my ($ret, $stdout, $stderr) = $node->psql('postgres', $blocks{'setup.sql'});
 is($ret, 0, 'the setup block runs as a superuser') or diag($stderr);
 
