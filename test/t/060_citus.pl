@@ -353,7 +353,9 @@ for my $point (qw(pre_commit post_commit))
 			$shard, quote($source->host), $source->port, quote($target->host), $target->port));
 	$run->finish;
 	my $aborted = () = $log{err} =~ /aborted/g;
-	note("pgbench during the move: $aborted clients aborted");
+	my ($processed) = $log{out} =~ /number of transactions actually processed: (\d+)/;
+	note("pgbench during the move: $processed requests, $aborted clients aborted; "
+		  . query(q{SELECT count(*) FROM orders}) . ' orders');
 	like($log{out}, qr/number of transactions actually processed: [1-9]/,
 		'move: pgbench ran requests') or diag($log{err});
 	unlike($log{err}, qr/ERROR:  (?!.*not stored on this node)/,
@@ -365,6 +367,42 @@ for my $point (qw(pre_commit post_commit))
 	is(run_request($coordinator, $db, 't1', 'after-move', 'POST /orders', 201,
 			write => order_sql('t1', 'after-move')),
 		"claimed 1\nt", 'move: a request after the move claims on the new node');
+}
+
+# ---------------------------------------------------------------------------
+# The lock a claim holds on its node keeps a move from switching over
+# ---------------------------------------------------------------------------
+{
+	my $session = $coordinator->background_psql($db);
+	$session->query_safe('BEGIN');
+	is($session->query_safe('SELECT outcome FROM ' . begin_call('ten5', 'held', 'POST /orders')),
+		'claimed', 'lock: a request claims and keeps its transaction open');
+	my $source = worker_of('ten5');
+	my ($target) = grep { $_ != $source } @workers;
+	my $shard = query(q{SELECT get_shard_id_for_distribution_column('orders', 'ten5')});
+	my %log;
+	my $move = IPC::Run::start(
+		[
+			'psql', '-XAtq', '-d', $coordinator->connstr($db), '-c',
+			sprintf(q{SELECT citus_move_shard_placement(%d, %s, %d, %s, %d, 'block_writes')},
+				$shard, quote($source->host), $source->port, quote($target->host), $target->port)
+		],
+		'>', \$log{out}, '2>', \$log{err});
+	ok( $source->poll_query_until($db,
+			q{SELECT count(*) > 0 FROM pg_locks
+			   WHERE locktype = 'advisory' AND objsubid = 8 AND mode = 'ExclusiveLock'
+			     AND NOT granted}),
+		'lock: the move waits on the node for the shard metadata lock the claim holds');
+	# Only delegated calls while the move waits: a write the coordinator
+	# routes would wait there for the move, which waits here for this
+	# transaction -- a distributed deadlock that Citus resolves by cancelling
+	# one of them.
+	$session->query_safe('SELECT ' . complete_call('ten5', 'held', 201));
+	$session->query_safe('COMMIT');
+	$session->quit;
+	ok($move->finish, 'lock: the move finishes after the commit') or diag($log{err});
+	is(worker_of('ten5')->port, $target->port, 'lock: ten5 is on the other worker now');
+	is(outcome_of('ten5', 'held'), 'replay', 'lock: the key moved with its completion');
 }
 
 # ---------------------------------------------------------------------------
