@@ -232,3 +232,100 @@ DROP FUNCTION @extschema@.idempotency_begin_0_1_0(text, text, @extschema@.reques
 DROP FUNCTION @extschema@.idempotency_complete_0_1_0(text, text, integer, jsonb, jsonb, integer);
 DROP FUNCTION @extschema@.idempotency_lookup_0_1_0(text, text);
 DROP FUNCTION @extschema@.idempotency_stats_0_1_0();
+
+-- ---------------------------------------------------------------------------
+-- Citus: the keys co-located with the business tables (README, "Citus").
+-- The same definition is in idempotency--0.2.0.sql and the 0.1.0--0.2.0
+-- upgrade.  Citus's functions and catalogs are named only inside the body,
+-- which PL/pgSQL plans when it runs: the extension does not need Citus.
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION @extschema@.idempotency_distribute(colocate_with regclass) RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+DECLARE
+    dist record;
+    column_type oid;
+    column_collation oid;
+    api regprocedure;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension AS e
+                    WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'Citus is not installed in this database'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Run CREATE EXTENSION citus, add the worker nodes, then call this function.';
+    END IF;
+    IF pg_catalog.current_setting('idempotency.tenant_isolation', true) OPERATOR(pg_catalog.=) 'role' THEN
+        RAISE EXCEPTION 'idempotency.tenant_isolation = role is not supported with distributed keys'
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'Role OIDs differ between Citus nodes, and shard moves copy them as they are.',
+                  HINT = 'Use one scope per tenant: the value of the tenant column.';
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p
+                WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idempotency.keys'::regclass) THEN
+        RAISE EXCEPTION 'idempotency.keys is already distributed'
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    SELECT p.partmethod, p.repmodel,
+           pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) AS column_name
+      INTO dist
+      FROM pg_catalog.pg_dist_partition AS p
+     WHERE p.logicalrelid OPERATOR(pg_catalog.=) colocate_with;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'table % is not distributed', colocate_with
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Distribute it by its tenant column (text COLLATE "C") with create_distributed_table() first.';
+    END IF;
+    IF dist.partmethod OPERATOR(pg_catalog.<>) 'h' THEN
+        RAISE EXCEPTION 'table % is not hash-distributed', colocate_with
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'The keys of a scope must be stored with the rows of its tenant: a reference, single-shard or Citus local table has no tenant column to co-locate them by.';
+    END IF;
+    IF dist.repmodel OPERATOR(pg_catalog.<>) 's' THEN
+        RAISE EXCEPTION 'table % has more than one placement per shard', colocate_with
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'Citus delegates a function call to a node only for tables with one placement per shard (citus.shard_replication_factor = 1).';
+    END IF;
+    SELECT a.atttypid, a.attcollation INTO column_type, column_collation
+      FROM pg_catalog.pg_attribute AS a
+     WHERE a.attrelid OPERATOR(pg_catalog.=) colocate_with
+       AND a.attname OPERATOR(pg_catalog.=) dist.column_name;
+    IF column_type OPERATOR(pg_catalog.<>) 'pg_catalog.text'::pg_catalog.regtype
+       OR column_collation OPERATOR(pg_catalog.<>) 'pg_catalog."C"'::pg_catalog.regcollation THEN
+        RAISE EXCEPTION 'the distribution column % of table % is not text COLLATE "C"',
+                        dist.column_name, colocate_with
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'The keys are distributed by their scope, text COLLATE "C"; Citus co-locates only columns of the same type and collation, and the tenant column must hold the scope.',
+                  HINT = 'Declare the tenant column text COLLATE "C" and pass its value as the scope.';
+    END IF;
+    PERFORM pg_catalog.create_distributed_table('idempotency.keys', 'scope',
+                                                colocate_with => colocate_with::text);
+    -- The rows were copied to the shards; the table itself is a shell now.
+    PERFORM pg_catalog.truncate_local_data_after_distributing_table('idempotency.keys');
+    -- Each call is delegated to the node of its scope's shard, also inside a
+    -- transaction block (force_delegation), where it joins the transaction
+    -- on that node.
+    FOR api IN
+        SELECT p.oid::pg_catalog.regprocedure
+          FROM pg_catalog.pg_proc AS p
+          JOIN pg_catalog.pg_depend AS d
+            ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND d.objid OPERATOR(pg_catalog.=) p.oid
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+          JOIN pg_catalog.pg_extension AS e
+            ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+           AND e.extname OPERATOR(pg_catalog.=) 'idempotency'
+         WHERE p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['idempotency_begin', 'idempotency_complete',
+                 'idempotency_checkpoint', 'idempotency_release', 'idempotency_forget',
+                 'idempotency_lookup', 'idempotency_keys'])
+         ORDER BY p.proname
+    LOOP
+        PERFORM pg_catalog.create_distributed_function(api, 'scope',
+                    colocate_with => 'idempotency.keys', force_delegation => true);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.idempotency_distribute(regclass) IS
+    'with Citus: distribute idempotency.keys by scope, co-located with a table distributed by its tenant column (text COLLATE "C"), and delegate the API functions to the scope''s node';
+REVOKE ALL ON FUNCTION @extschema@.idempotency_distribute(regclass) FROM PUBLIC;

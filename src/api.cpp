@@ -520,7 +520,7 @@ template <typename Change>
 void change_held_claim(const store::Key &key_arg, bool has_attempt, int32 attempt, Settles settles,
                        Change change, Completed completed = Completed::refuse)
 {
-    Storage storage = store::open(RowExclusiveLock);
+    Storage storage = store::open(RowExclusiveLock, key_arg.scope);
     store::Key key = store::stored_key(storage, key_arg);
     HeldClaim claim = held_claim(storage, key, has_attempt, attempt, completed);
     change(storage, claim.record);
@@ -606,7 +606,7 @@ IDEMPOTENCY_FUNCTION(idempotency_begin)
     args.take_over_mismatch = has_arg(fcinfo, 7) && PG_GETARG_BOOL(7);
     require_writable("idempotency_begin");
 
-    Storage storage = store::open(RowExclusiveLock);
+    Storage storage = store::open(RowExclusiveLock, args.key.scope);
     if (args.has_claim_data)
         require_column(storage, store::col_claim_data, "claim_data");
     args.key = store::stored_key(storage, args.key);
@@ -736,7 +736,7 @@ IDEMPOTENCY_FUNCTION(idempotency_forget)
     bool has_attempt = optional_int_arg(fcinfo, 2, &attempt);
     require_writable("idempotency_forget");
 
-    Storage storage = store::open(RowExclusiveLock);
+    Storage storage = store::open(RowExclusiveLock, key.scope);
     key = store::stored_key(storage, key);
     HeldClaim claim = current_record(storage, key);
     const Record &record = claim.record;

@@ -272,18 +272,19 @@ static bool write_unwritten(bool at_commit)
     bool snapshot_pushed = !ActiveSnapshotSet();
     if (snapshot_pushed)
         PushActiveSnapshot(GetTransactionSnapshot());
-    store::Storage storage = store::open(RowExclusiveLock);
     for (int i = 0; i < own_count; i++)
     {
         if (own[i].written_in != InvalidSubTransactionId)
             continue;
         store::Key key = key_of(own[i]);
+        // With Citus, each scope's keys are in that scope's shard.
+        store::Storage storage = store::open(RowExclusiveLock, key.scope);
         store::Record record = own_record(own[i], key);
         store::insert_record(storage, key, record);
+        store::close(storage);
         own[i].written_in = GetCurrentSubTransactionId();
         set_written(own[i], true);
     }
-    store::close(storage);
     if (at_commit)
         AfterTriggerFireDeferred();
     if (snapshot_pushed)

@@ -154,7 +154,7 @@ IDEMPOTENCY_FUNCTION(idempotency_lookup)
         if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
             elog(ERROR, "idempotency_lookup must return a composite type");
         desc = BlessTupleDesc(desc);
-        Storage storage = store::open(AccessShareLock);
+        Storage storage = store::open(AccessShareLock, key.scope);
         Record record;
         bool found = lookup_record(storage, store::stored_key(storage, key), latest, &record);
         store::close(storage);
@@ -242,7 +242,7 @@ IDEMPOTENCY_FUNCTION(idempotency_keys)
         PushCopiedSnapshot(ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot());
         UpdateActiveSnapshotCommandId();
     }
-    Storage storage = store::open(AccessShareLock);
+    Storage storage = store::open(AccessShareLock, scope.scope);
     store::Key stored = store::stored_key(storage, scope);
     Snapshot snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
     store::KeyScan scan =
@@ -277,9 +277,11 @@ IDEMPOTENCY_FUNCTION(idempotency_expire)
                         errdetail("max_rows must be zero or more, or NULL for no limit."),
                         errhidestmt(true)));
     require_writable("idempotency_expire");
-    Storage storage = store::open(RowExclusiveLock);
-    int64 deleted = store::expire(storage, GetCurrentTimestamp(), max_rows);
-    store::close(storage);
+    int64 deleted;
+    if (!store::expire_here(GetCurrentTimestamp(), max_rows, false, &deleted))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                        errmsg("relation \"idempotency.keys\" does not exist"),
+                        errhint("Run CREATE EXTENSION idempotency in this database.")));
     idempotency::stats::add(idempotency::stats::keys_expired, uint64(deleted));
     PG_RETURN_INT64(deleted);
 }

@@ -1,6 +1,7 @@
 // Storage of idempotency keys: see store.hpp for the concurrency scheme and
 // the caches.
 #include "store.hpp"
+#include "citus.hpp"
 #include "compat.hpp"
 #include "deferred.hpp"
 
@@ -143,32 +144,42 @@ static int table_columns(const Storage &storage)
     return columns;
 }
 
-static bool open_storage(Storage *storage, LOCKMODE lockmode, bool skip_if_busy)
+// Opens a relation that holds keys, already locked in `lockmode`.
+static void open_locked(Storage *storage, Oid heap_oid, LOCKMODE lockmode)
 {
-    Oid heap_oid = lock_heap(lockmode, skip_if_busy);
-    if (!OidIsValid(heap_oid))
-        return false;
     storage->heap = table_open(heap_oid, NoLock);
     storage->pkey = open_primary_key(storage->heap, lockmode);
     storage->columns = table_columns(*storage);
     storage->lockmode = lockmode;
     storage->writes = nullptr;
+}
+
+// `scope`: the scope whose keys are to be read or written, (Datum)0 for the
+// table itself (expiry).
+static bool open_storage(Storage *storage, LOCKMODE lockmode, bool skip_if_busy, Datum scope)
+{
+    Oid heap_oid = lock_heap(lockmode, skip_if_busy);
+    if (!OidIsValid(heap_oid))
+        return false;
+    // Citus hook: when Citus distributes idempotency.keys, the keys of the
+    // scope are in its shard for the scope, which must be placed on this node
+    // (else IK005), locked as Citus's executor locks a shard it writes.  Left
+    // as is otherwise -- then a write asks Citus for two-phase commit.  See
+    // citus.hpp.
+    if (scope != (Datum)0)
+        heap_oid = citus::relation_for_scope(heap_oid, scope, lockmode);
+    open_locked(storage, heap_oid, lockmode);
     return true;
 }
 
-Storage open(LOCKMODE lockmode)
+Storage open(LOCKMODE lockmode, Datum scope)
 {
     Storage storage;
-    if (!open_storage(&storage, lockmode, false))
+    if (!open_storage(&storage, lockmode, false, scope))
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                         errmsg("relation \"idempotency.keys\" does not exist"),
                         errhint("Run CREATE EXTENSION idempotency in this database.")));
     return storage;
-}
-
-bool try_open(Storage *storage, LOCKMODE lockmode)
-{
-    return open_storage(storage, lockmode, true);
 }
 
 Key stored_key(const Storage &storage, const Key &key)
@@ -814,6 +825,27 @@ int64 expire(Storage &storage, TimestampTz now, int64 max_rows)
     ExecDropSingleTupleTableSlot(sweep.check);
     ExecDropSingleTupleTableSlot(sweep.slot);
     return sweep.deleted;
+}
+
+bool expire_here(TimestampTz now, int64 max_rows, bool skip_if_busy, int64 *deleted)
+{
+    Storage storage;
+    if (!open_storage(&storage, RowExclusiveLock, skip_if_busy, (Datum)0))
+        return false;
+    *deleted = expire(storage, now, max_rows);
+    Oid table = RelationGetRelid(storage.heap);
+    close(storage);
+    // With Citus, the table is an empty shell and the keys are in its shards.
+    ListCell *cell;
+    foreach (cell, citus::local_shards(table, RowExclusiveLock, skip_if_busy))
+    {
+        if (max_rows >= 0 && *deleted >= max_rows)
+            break;
+        open_locked(&storage, lfirst_oid(cell), RowExclusiveLock);
+        *deleted += expire(storage, now, max_rows < 0 ? -1 : max_rows - *deleted);
+        close(storage);
+    }
+    return true;
 }
 
 // ---------------------------------------------------------------------------

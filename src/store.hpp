@@ -45,6 +45,9 @@
 //    (which releases the locks that protect it), and checked on use: the
 //    fetch must find a live version of the same key written by this
 //    transaction, else the caller reads through the index.
+//  * With Citus, the layout of the distributed table: hash function, shard
+//    ranges, which shards are placed here (citus.cpp; see citus.hpp for why
+//    it is safe).
 //  * The result row type of idempotency_begin and its enum's OIDs (api.cpp,
 //    in the call site's fn_extra).  They live as long as the FmgrInfo, which
 //    belongs to one plan; a plan is rebuilt when the type or the function
@@ -183,11 +186,9 @@ struct Record
 
 // Opens idempotency.keys and its primary key; RowExclusiveLock to write,
 // AccessShareLock to read; the locks are kept to the end of the transaction.
-// Raises an error when the storage is missing.
-Storage open(LOCKMODE lockmode);
-// The same, for the expiry worker: false, without waiting, when the storage is
-// missing or DDL (DROP or ALTER EXTENSION) holds it.
-bool try_open(Storage *storage, LOCKMODE lockmode);
+// Raises an error when the storage is missing.  When Citus distributes the
+// table, opens instead its shard that holds `scope` (citus.hpp).
+Storage open(LOCKMODE lockmode, Datum scope);
 // Fires the AFTER triggers the writes queued and releases what they used.
 void close(Storage &storage);
 
@@ -243,6 +244,11 @@ void end_key_scan(KeyScan &scan);
 // the calling transaction's own changes so far.  Never waits for a request:
 // see the concurrency scheme.  Returns the number deleted.
 int64 expire(Storage &storage, TimestampTz now, int64 max_rows);
+// The same for every relation of this node that holds keys: the table, and
+// when Citus distributes it, each of its shards placed here.  False when the
+// storage is missing or (skip_if_busy, for the expiry worker) DDL such as DROP
+// or ALTER EXTENSION holds it; `deleted` is then unset.
+bool expire_here(TimestampTz now, int64 max_rows, bool skip_if_busy, int64 *deleted);
 
 // A 64-bit hash of the key: the key lock's tag, and the key's identity in
 // the transaction's list of claims (claims.cpp).

@@ -218,13 +218,10 @@ static int64 sweep_batch(TimestampTz now)
     PushActiveSnapshot(GetTransactionSnapshot());
     pgstat_report_activity(STATE_RUNNING, "expiring idempotency keys");
     // Invisible until CREATE EXTENSION commits, so never mid-creation.
-    store::Storage storage;
-    if (OidIsValid(get_extension_oid("idempotency", true)) &&
-        store::try_open(&storage, RowExclusiveLock))
-    {
-        deleted = store::expire(storage, now, settings::expire_batch_size);
-        store::close(storage);
-    }
+    // With Citus, the shards placed on this node too (store::expire_here).
+    if (!OidIsValid(get_extension_oid("idempotency", true)) ||
+        !store::expire_here(now, settings::expire_batch_size, true, &deleted))
+        deleted = 0;
     PopActiveSnapshot();
     CommitTransactionCommand();
     pgstat_report_activity(STATE_IDLE, nullptr);

@@ -1,0 +1,482 @@
+// Citus support: see citus.hpp for the protocol and the cache.
+#include "citus.hpp"
+#include "module.hpp"
+
+extern "C"
+{
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/pg_namespace_d.h"
+#include "common/hashfn.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "nodes/primnodes.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
+#include "storage/sinval.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/typcache.h"
+}
+
+namespace idempotency::citus
+{
+
+// Extension-owned SQLSTATE, documented with the others in the README: the
+// keys of the scope are in a shard placed on another node.  Retryable.
+const int errcode_not_routed = MAKE_SQLSTATE('I', 'K', '0', '0', '5');
+
+// locktag_field4 of Citus's lock on the metadata of co-located shards.
+constexpr uint16 colocated_shards_metadata_lock = 8;
+
+// ---------------------------------------------------------------------------
+// The layout of the table, from Citus's catalogs
+// ---------------------------------------------------------------------------
+
+struct Shard
+{
+    int64 id;
+    int32 min; // hash range, both ends inclusive
+    int32 max;
+    bool local; // placed on this node
+};
+
+// See "Cache" in citus.hpp.  Everything but the fields below lives in
+// layout_context, which a rebuild replaces.
+struct Layout
+{
+    Oid keys;          // the table described; InvalidOid: nothing yet
+    uint64 generation; // of `invalidations` when it was read
+    bool distributed;  // hash-distributed by Citus
+    uint32 colocation; // its co-location group
+    Oid collation;     // of the distribution column
+    FmgrInfo hash;     // the column type's standard hash function
+    int shard_count;   // shards, sorted by the start of their range
+    Shard *shards;
+    Oid catalogs[4]; // the pg_dist_* catalogs read, whose invalidation counts
+};
+
+static Layout layout = {};
+static uint64 invalidations = 1;
+static MemoryContext layout_context = nullptr;
+
+static void invalidate_layout(Datum, Oid relid)
+{
+    bool concerned = relid == InvalidOid || relid == layout.keys;
+    for (Oid watched : layout.catalogs)
+        concerned = concerned || (OidIsValid(watched) && relid == watched);
+    if (concerned)
+        invalidations++;
+}
+
+static Oid catalog(const char *name)
+{
+    return get_relname_relid(name, PG_CATALOG_NAMESPACE);
+}
+
+// Scans `relid` (a small Citus catalog, no syscache) for rows whose column
+// `column` equals `value`, calling `row` on each.  A NULL snapshot takes a
+// fresh catalog snapshot for each scan of a catalog without a syscache, so
+// what committed before the scan is seen whatever the isolation level.
+template <typename Row>
+static void scan_catalog(Oid relid, const char *column, Oid equal_proc, Datum value, Row row)
+{
+    Relation rel = table_open(relid, AccessShareLock);
+    ScanKeyData key;
+    int keys = 0;
+    if (column != nullptr)
+    {
+        ScanKeyInit(&key, get_attnum(relid, column), BTEqualStrategyNumber, equal_proc, value);
+        keys = 1;
+    }
+    SysScanDesc scan = systable_beginscan(rel, InvalidOid, false, nullptr, keys, &key);
+    HeapTuple tuple;
+    while (HeapTupleIsValid(tuple = systable_getnext(scan)))
+        row(rel, tuple);
+    systable_endscan(scan);
+    table_close(rel, AccessShareLock);
+}
+
+static Datum column(Relation rel, HeapTuple tuple, const char *name, bool *isnull)
+{
+    return heap_getattr(tuple, get_attnum(RelationGetRelid(rel), name), RelationGetDescr(rel),
+                        isnull);
+}
+
+[[noreturn]] static void unsupported_layout(const char *detail)
+{
+    ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                    errmsg("idempotency.keys is distributed in a way this extension does not "
+                           "support"),
+                    errdetail("%s", detail),
+                    errhint("Undistribute it and run idempotency_distribute().")));
+}
+
+// Reads the partition row of `keys`: whether it is distributed, and how.
+static void read_partition(Layout &next, Oid pg_dist_partition)
+{
+    bool seen = false;
+    char method = 0;
+    char *partkey = nullptr;
+    scan_catalog(pg_dist_partition, "logicalrelid", F_OIDEQ, ObjectIdGetDatum(next.keys),
+                 [&](Relation rel, HeapTuple tuple) {
+                     bool isnull;
+                     seen = true;
+                     method = DatumGetChar(column(rel, tuple, "partmethod", &isnull));
+                     Datum key = column(rel, tuple, "partkey", &isnull);
+                     partkey = isnull ? nullptr : TextDatumGetCString(key);
+                     next.colocation = DatumGetUInt32(column(rel, tuple, "colocationid", &isnull));
+                 });
+    if (!seen)
+        return; // a plain table, or a Citus-unaware node
+    if (method != 'h' || partkey == nullptr || next.colocation == 0)
+        unsupported_layout("It is not hash-distributed by scope (a reference, single-shard or "
+                           "Citus local table).");
+    const Var *var = static_cast<const Var *>(stringToNode(partkey));
+    if (!IsA(var, Var) || var->vartype != TEXTOID)
+        unsupported_layout("Its distribution column is not the text column scope.");
+    TypeCacheEntry *type = lookup_type_cache(var->vartype, TYPECACHE_HASH_PROC_FINFO);
+    if (!OidIsValid(type->hash_proc))
+        unsupported_layout("Its distribution column's type has no hash function.");
+    fmgr_info_copy(&next.hash, &type->hash_proc_finfo, layout_context);
+    next.collation = var->varcollid;
+    next.distributed = true;
+}
+
+static int compare_shards(const void *a, const void *b)
+{
+    int32 x = static_cast<const Shard *>(a)->min, y = static_cast<const Shard *>(b)->min;
+    return x < y ? -1 : x > y;
+}
+
+static void read_shards(Layout &next, Oid pg_dist_shard, Oid pg_dist_placement,
+                        Oid pg_dist_local_group)
+{
+    int capacity = 32;
+    next.shards = static_cast<Shard *>(palloc(capacity * sizeof(Shard)));
+    scan_catalog(pg_dist_shard, "logicalrelid", F_OIDEQ, ObjectIdGetDatum(next.keys),
+                 [&](Relation rel, HeapTuple tuple) {
+                     bool min_null, max_null, isnull;
+                     Datum min = column(rel, tuple, "shardminvalue", &min_null);
+                     Datum max = column(rel, tuple, "shardmaxvalue", &max_null);
+                     if (min_null || max_null)
+                         unsupported_layout("A shard of it has no hash range.");
+                     if (next.shard_count == capacity)
+                         next.shards = static_cast<Shard *>(
+                             repalloc(next.shards, (capacity *= 2) * sizeof(Shard)));
+                     next.shards[next.shard_count++] =
+                         Shard{DatumGetInt64(column(rel, tuple, "shardid", &isnull)),
+                               pg_strtoint32(TextDatumGetCString(min)),
+                               pg_strtoint32(TextDatumGetCString(max)), false};
+                 });
+    qsort(next.shards, next.shard_count, sizeof(Shard), compare_shards);
+
+    // This node's group (0 on the coordinator), then its placements.
+    int32 group = -1;
+    scan_catalog(pg_dist_local_group, nullptr, InvalidOid, (Datum)0,
+                 [&](Relation rel, HeapTuple tuple) {
+                     bool isnull;
+                     group = DatumGetInt32(column(rel, tuple, "groupid", &isnull));
+                 });
+    scan_catalog(pg_dist_placement, "groupid", F_INT4EQ, Int32GetDatum(group),
+                 [&](Relation rel, HeapTuple tuple) {
+                     bool isnull;
+                     int64 shard = DatumGetInt64(column(rel, tuple, "shardid", &isnull));
+                     for (int i = 0; i < next.shard_count; i++)
+                         if (next.shards[i].id == shard)
+                             next.shards[i].local = true;
+                 });
+}
+
+// The layout of `keys`, read again when an invalidation may have changed it.
+static const Layout &layout_of(Oid keys)
+{
+    static bool callback_registered = false;
+    if (!callback_registered)
+    {
+        CacheRegisterRelcacheCallback(invalidate_layout, (Datum)0);
+        callback_registered = true;
+    }
+    while (layout.keys != keys || layout.generation != invalidations)
+    {
+        uint64 generation = invalidations;
+        MemoryContext context =
+            AllocSetContextCreate(CacheMemoryContext, "idempotency citus", ALLOCSET_SMALL_SIZES);
+        MemoryContext previous = layout_context;
+        layout_context = context;
+        Layout next = {};
+        next.keys = keys;
+        next.generation = generation;
+        Oid partition = catalog("pg_dist_partition"), shard = catalog("pg_dist_shard"),
+            placement = catalog("pg_dist_placement"), local_group = catalog("pg_dist_local_group");
+        next.catalogs[0] = partition;
+        next.catalogs[1] = shard;
+        next.catalogs[2] = placement;
+        next.catalogs[3] = local_group;
+        // Watch the catalogs from now on, so that a change during the reads
+        // makes this loop read again.
+        layout = next;
+        layout.generation = 0;
+        MemoryContext old = MemoryContextSwitchTo(context);
+        PG_TRY();
+        {
+            if (OidIsValid(partition) && OidIsValid(shard) && OidIsValid(placement) &&
+                OidIsValid(local_group))
+            {
+                read_partition(next, partition);
+                if (next.distributed)
+                    read_shards(next, shard, placement, local_group);
+            }
+        }
+        PG_CATCH();
+        {
+            MemoryContextSwitchTo(old);
+            layout = Layout{};
+            layout_context = previous;
+            MemoryContextDelete(context);
+            PG_RE_THROW();
+        }
+        PG_END_TRY();
+        MemoryContextSwitchTo(old);
+        layout = next;
+        if (previous != nullptr)
+            MemoryContextDelete(previous);
+    }
+    return layout;
+}
+
+// ---------------------------------------------------------------------------
+// Scope -> shard
+// ---------------------------------------------------------------------------
+
+// Where a scope's keys are, copied out of the layout.
+struct Placement
+{
+    bool distributed;
+    int64 shard;
+    int index; // in the shard list sorted by range: the metadata lock's tag
+    uint32 colocation;
+    bool local;
+
+    bool same_shard(const Placement &other) const
+    {
+        return distributed == other.distributed && shard == other.shard && index == other.index &&
+               colocation == other.colocation;
+    }
+};
+
+static Placement placement_at(const Layout &layout, int index)
+{
+    const Shard &shard = layout.shards[index];
+    return Placement{true, shard.id, index, layout.colocation, shard.local};
+}
+
+static Placement place(Oid keys, Datum scope)
+{
+    const Layout &current = layout_of(keys);
+    if (!current.distributed)
+        return Placement{false, 0, -1, 0, false};
+    int32 hash = DatumGetInt32(
+        FunctionCall1Coll(const_cast<FmgrInfo *>(&current.hash), current.collation, scope));
+    int low = 0, high = current.shard_count - 1;
+    while (low <= high)
+    {
+        int middle = (low + high) / 2;
+        const Shard &shard = current.shards[middle];
+        if (hash < shard.min)
+            high = middle - 1;
+        else if (hash > shard.max)
+            low = middle + 1;
+        else
+            return placement_at(current, middle);
+    }
+    unsupported_layout("No shard's hash range holds the scope.");
+}
+
+static void metadata_locktag(LOCKTAG *tag, const Placement &placement)
+{
+    SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, uint32(placement.index), placement.colocation,
+                         colocated_shards_metadata_lock);
+}
+
+static bool lock_metadata(const Placement &placement, bool wait)
+{
+    LOCKTAG tag;
+    metadata_locktag(&tag, placement);
+    return LockAcquire(&tag, ShareLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+// The name Citus gives a shard relation: the table's name and "_<shard id>",
+// the name shortened -- and marked with 8 hex digits of its hash -- when the
+// two would not fit in NAMEDATALEN - 1 bytes.
+static char *shard_relation_name(const char *table, int64 shard)
+{
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, "_" INT64_FORMAT, shard);
+    int length = int(strlen(table)), suffix_length = int(strlen(suffix));
+    if (length < NAMEDATALEN - suffix_length)
+        return psprintf("%s%s", table, suffix);
+    uint32 hash = DatumGetUInt32(hash_any(reinterpret_cast<const unsigned char *>(table), length));
+    int kept = pg_mbcliplen(table, length, NAMEDATALEN - suffix_length - 10);
+    return psprintf("%.*s_%.8x%s", kept, table, hash, suffix);
+}
+
+// Finds and locks the shard relation, checking the name again after the lock
+// as lock_heap (store.cpp) does.  InvalidOid when skip_if_busy and it is busy.
+static Oid lock_shard_relation(Oid keys, int64 shard, LOCKMODE lockmode, bool skip_if_busy)
+{
+    char *table = get_rel_name(keys);
+    Oid schema = get_rel_namespace(keys);
+    if (table == nullptr)
+        elog(ERROR, "cache lookup failed for relation %u", keys);
+    char *name = shard_relation_name(table, shard);
+    for (;;)
+    {
+        uint64 seen = SharedInvalidMessageCounter;
+        Oid relid = get_relname_relid(name, schema);
+        if (!OidIsValid(relid))
+            ereport(
+                ERROR,
+                (errcode(ERRCODE_UNDEFINED_TABLE),
+                 errmsg("shard \"%s\" of idempotency.keys does not exist", name),
+                 errdetail("Citus's metadata places shard " INT64_FORMAT " on this node.", shard)));
+        if (skip_if_busy)
+        {
+            if (!ConditionalLockRelationOid(relid, lockmode))
+                return InvalidOid;
+        }
+        else
+            LockRelationOid(relid, lockmode);
+        if (seen == SharedInvalidMessageCounter || get_relname_relid(name, schema) == relid)
+            return relid;
+        UnlockRelationOid(relid, lockmode);
+    }
+}
+
+// Takes the metadata lock of the scope's shard and returns where the scope is
+// after it: if a move or split changed the shard meanwhile, the lock of the
+// new one is taken too (the old one is harmless), until they agree.
+static Placement lock_placement(Oid keys, Datum scope)
+{
+    Placement placement = place(keys, scope);
+    while (placement.distributed)
+    {
+        lock_metadata(placement, true);
+        AcceptInvalidationMessages();
+        Placement now = place(keys, scope);
+        if (now.same_shard(placement))
+            return now;
+        placement = now;
+    }
+    return placement;
+}
+
+// Asks Citus to commit the coordinated transaction -- if any: a transaction
+// that writes on workers -- with two-phase commit.  Otherwise Citus commits
+// the workers' part with a one-phase COMMIT before the local commit, and a
+// crash in between keeps a business write whose claim is lost.  Citus's flag
+// is read at pre-commit and reset at the end of the transaction, so setting
+// it at any write of the transaction suffices.  The function is looked up in
+// the loaded library by name; if a Citus version does not export it, such
+// writes are refused rather than left unsafe.
+static void force_two_phase()
+{
+    if (GetConfigOption("citus.version", true, false) == nullptr)
+        return; // Citus is not loaded in this backend: no coordinated transactions
+    using Use2PC = void (*)();
+    static Use2PC use_2pc = nullptr;
+    static bool looked_up = false;
+    if (!looked_up)
+    {
+        use_2pc = reinterpret_cast<Use2PC>(load_external_function(
+            "$libdir/citus", "Use2PCForCoordinatedTransaction", false, nullptr));
+        looked_up = true;
+    }
+    if (use_2pc == nullptr)
+        ereport(ERROR,
+                (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                 errmsg("cannot write idempotency keys on a Citus node with this Citus version"),
+                 errdetail("The loaded Citus library does not export "
+                           "Use2PCForCoordinatedTransaction, which makes a claim and the "
+                           "distributed writes of its transaction commit together."),
+                 errhint("Distribute the keys with idempotency_distribute().")));
+    use_2pc();
+}
+
+[[noreturn]] static void not_routed(int64 shard)
+{
+    ereport(ERROR,
+            (errcode(errcode_not_routed),
+             errmsg("the idempotency keys of this scope are not stored on this node"),
+             errdetail("idempotency.keys is distributed by Citus, and its shard " INT64_FORMAT
+                       " for the scope is placed on another node: the call was not routed "
+                       "to it, or the shard has just moved.",
+                       shard),
+             errhint("Call the functions in a shape Citus delegates by scope, e.g. SELECT * "
+                     "FROM idempotency_begin(...), or from a function distributed by the "
+                     "tenant column; then retry."),
+             errhidestmt(true)));
+}
+
+Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode)
+{
+    Placement placement = lock_placement(keys, scope);
+    if (!placement.distributed)
+    {
+        if (lockmode != AccessShareLock)
+            force_two_phase();
+        return keys;
+    }
+    // Role OIDs differ from node to node, and a shard move copies them as
+    // they are: a key of one role would belong to another after a move.
+    if (settings::tenant_isolation != settings::tenant_isolation_off)
+        ereport(ERROR,
+                (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                 errmsg("idempotency.tenant_isolation = role is not supported with distributed "
+                        "keys"),
+                 errdetail("Role OIDs differ between Citus nodes and shard moves copy them."),
+                 errhint("Use one scope per tenant (the tenant column) instead.")));
+    if (!placement.local)
+        not_routed(placement.shard);
+    return lock_shard_relation(keys, placement.shard, lockmode, false);
+}
+
+List *local_shards(Oid keys, LOCKMODE lockmode, bool skip_if_busy)
+{
+    const Layout &current = layout_of(keys);
+    if (!current.distributed)
+        return NIL;
+    // Copied out first: taking locks processes invalidations.
+    int count = current.shard_count;
+    Placement *candidates = static_cast<Placement *>(palloc(count * sizeof(Placement)));
+    for (int i = 0; i < count; i++)
+        candidates[i] = placement_at(current, i);
+    List *relations = NIL;
+    for (int i = 0; i < count; i++)
+    {
+        if (!candidates[i].local || !lock_metadata(candidates[i], !skip_if_busy))
+            continue;
+        AcceptInvalidationMessages();
+        // Still this node's, with the same index, after the lock?
+        const Layout &now = layout_of(keys);
+        bool still_here = false;
+        for (int j = 0; j < now.shard_count; j++)
+            if (now.shards[j].id == candidates[i].shard)
+                still_here = now.shards[j].local && placement_at(now, j).same_shard(candidates[i]);
+        if (!still_here)
+            continue;
+        Oid relid = lock_shard_relation(keys, candidates[i].shard, lockmode, skip_if_busy);
+        if (OidIsValid(relid))
+            relations = lappend_oid(relations, relid);
+    }
+    pfree(candidates);
+    return relations;
+}
+
+} // namespace idempotency::citus

@@ -1,0 +1,65 @@
+// Citus, detected at run time from its catalogs (no build-time dependency on
+// its headers or its library).
+//
+// When idempotency.keys is a hash-distributed Citus table, its rows live in
+// shards, one relation per shard, named as Citus names them (keys_<shard id>,
+// in the table's schema); the table itself is an empty shell.  Every read and
+// write for a scope then goes to the shard that holds the scope:
+//  1. the scope is hashed as Citus hashes the distribution column (the type's
+//     standard hash function under the column's collation) and the shard
+//     whose hash range holds the value is picked;
+//  2. the lock Citus's own executor takes before it writes a shard is taken:
+//     ShareLock on the co-located shards' metadata (advisory space: the
+//     shard's index in the sorted shard list, the co-location id, class 8).
+//     A shard move or split takes it in ExclusiveLock, on every node that has
+//     the metadata, before it switches the placement over; holding it keeps
+//     the move from finishing (and the source shard from being dropped)
+//     until this transaction ends;
+//  3. the metadata is read again after the lock, with a fresh catalog
+//     snapshot: a move that finished before the lock was granted is seen;
+//  4. the shard must be placed on this node; otherwise IK005: the call was
+//     not routed here (or the shard has just moved), and a retry is routed
+//     afresh.
+//
+// When idempotency.keys is not distributed but Citus is loaded, a write to it
+// asks Citus to commit the coordinated transaction with two-phase commit, so
+// that distributed business writes in the same transaction cannot commit on
+// a worker while the local claim is lost in a crash (see force_two_phase).
+//
+// Cache (backend-local): the layout of the table -- whether it is
+// distributed, its hash function and collation, its shards' ranges and which
+// are placed here -- keyed by the table's OID and a generation.  Citus's
+// triggers on pg_dist_partition, pg_dist_shard and pg_dist_placement
+// invalidate the distributed table's relcache entry, and changes of
+// pg_dist_local_group and pg_dist_node invalidate those catalogs' entries; a
+// relcache callback for any of these (or for all relations) bumps the
+// generation, and a layout of an older generation is read again.  The layout
+// is read into locals before any call that can process invalidations, and
+// step 3 above runs after AcceptInvalidationMessages(), so the placement
+// checked is never older than the lock.
+#pragma once
+
+#include "pg.hpp"
+
+extern "C"
+{
+#include "nodes/pg_list.h"
+#include "storage/lockdefs.h"
+}
+
+namespace idempotency::citus
+{
+
+// The relation that holds the keys of `scope` on this node, locked in
+// `lockmode` to the end of the transaction: `keys` itself (already locked by
+// the caller) unless Citus distributes it, else its shard for the scope,
+// under the shard metadata lock.  IK005 when that shard is not placed here.
+Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode);
+
+// The shards of `keys` placed on this node, each locked as
+// relation_for_scope locks it, for expiry; NIL when `keys` is not
+// distributed.  With skip_if_busy, a shard whose lock is not free at once is
+// left for the next sweep.
+List *local_shards(Oid keys, LOCKMODE lockmode, bool skip_if_busy);
+
+} // namespace idempotency::citus

@@ -1,0 +1,486 @@
+# Citus: a coordinator and two workers on this machine.  Keys on the
+# coordinator with distributed business writes commit with two-phase commit,
+# so a coordinator crash at either commit point never duplicates work; keys
+# distributed with idempotency_distribute() live in the shard of their scope,
+# next to the tenant's rows, with concurrent same-key requests, coordinator
+# crashes, a shard move under load, expiry on the shards and a non-superuser
+# caller.  Skipped, visibly, when the citus library is not installed.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $pkglibdir = `pg_config --pkglibdir`;
+chomp $pkglibdir;
+plan skip_all => "Citus is not installed (no citus library in $pkglibdir)"
+  unless -e "$pkglibdir/citus.so";
+
+my $db = 'postgres';
+my @conf = (
+	"shared_preload_libraries = 'citus, idempotency'",
+	# Logical shard moves (Cluster.pm turns replication off).
+	'wal_level = logical', 'max_wal_senders = 10', 'max_replication_slots = 10',
+	'max_prepared_transactions = 100',
+	'restart_after_crash = on',
+	"idempotency.expire_interval = '200ms'",
+	# The recovery of prepared transactions runs when the test asks.
+	"citus.recover_2pc_interval = '-1'",
+	# The nodes listen on a Unix socket: how a node connects to itself.
+	"citus.local_hostname = '$PostgreSQL::Test::Cluster::test_pghost'");
+# PG_TEST_CITUS_PORT: the first of three fixed ports, instead of free ones.
+my $port = $ENV{PG_TEST_CITUS_PORT};
+
+# new_node, on a fixed port when asked.
+sub citus_node
+{
+	my ($name, %params) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name,
+		defined $params{port} ? (port => $params{port}) : ());
+	$node->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
+	$node->append_conf('postgresql.conf', $_) for @{ $params{conf} };
+	$node->start;
+	return $node;
+}
+my @nodes = map {
+	citus_node(
+		"citus_$_",
+		conf => [
+			@conf,
+			# The coordinator's commits can be held at the synchronous
+			# replication wait of a session that asks for it.
+			$_ eq 'coordinator'
+			? ("synchronous_standby_names = 'nobody'", 'synchronous_commit = local')
+			: ()
+		],
+		defined $port ? (port => $port++) : ())
+} qw(coordinator worker1 worker2);
+my ($coordinator, @workers) = @nodes;
+$_->safe_psql($db, 'CREATE EXTENSION citus') for @nodes;
+
+sub query { return $coordinator->safe_psql($db, shift); }
+
+query(sprintf(q{SELECT citus_set_coordinator_host(%s, %d)},
+		quote($coordinator->host), $coordinator->port));
+query(sprintf(q{SELECT citus_add_node(%s, %d)}, quote($_->host), $_->port))
+  for @workers;
+# Citus creates the extension on the workers too.
+query(
+	q{CREATE EXTENSION idempotency;
+	  CREATE TABLE orders (tenant text COLLATE "C" NOT NULL, id bigserial,
+	                       idem_key text NOT NULL, item text NOT NULL,
+	                       PRIMARY KEY (tenant, id));
+	  SELECT create_distributed_table('orders', 'tenant', shard_count => 4);
+	  CREATE TABLE hold (x int)});
+is($workers[0]->safe_psql($db, q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
+	'0.2.0', 'the extension is on the workers');
+
+sub order_count
+{
+	my ($tenant, $key) = @_;
+	return query(sprintf(q{SELECT count(*) FROM orders WHERE tenant = %s AND idem_key = %s},
+			quote($tenant), quote($key)));
+}
+
+sub order_sql
+{
+	my ($tenant, $key) = @_;
+	return sprintf(q{INSERT INTO orders (tenant, idem_key, item) VALUES (%s, %s, 'book')},
+		quote($tenant), quote($key));
+}
+
+# The worker that holds the tenant's shard.
+sub worker_of
+{
+	my ($tenant) = @_;
+	my $port = query(sprintf(
+			q{SELECT nodeport FROM pg_dist_shard_placement
+			   WHERE shardid = get_shard_id_for_distribution_column('orders', %s)},
+			quote($tenant)));
+	my ($worker) = grep { $_->port == $port } @workers;
+	return $worker;
+}
+
+sub wait_for_wait_event
+{
+	my ($pid, $event) = @_;
+	$coordinator->poll_query_until($db,
+		"SELECT wait_event = '$event' FROM pg_stat_activity WHERE pid = $pid")
+	  or die "backend $pid never waited on $event";
+	return;
+}
+
+# Runs a request on the coordinator (begin, order, complete) and sends its
+# COMMIT; the commit is held at $point:
+#  - 'pre_commit': after Citus's pre-commit work on the workers (PREPARE with
+#    two-phase commit, else a one-phase COMMIT) and before the local commit
+#    record: the request NOTIFYs, and another session holds the lock a
+#    notifying commit takes, stuck in its own synchronous replication wait;
+#  - 'post_commit': after the local commit record is flushed, before the
+#    workers are told (COMMIT PREPARED): the request's synchronous
+#    replication wait.
+# Then the coordinator stops with a crash (immediate) and starts again, and
+# Citus recovers the prepared transactions.  Returns the number of prepared
+# transactions the worker had while the commit was held.
+sub crash_at_commit_point
+{
+	my ($point, $tenant, $key) = @_;
+	my $holder;
+	if ($point eq 'pre_commit')
+	{
+		$holder = $coordinator->background_psql($db);
+		my $pid = $holder->query_safe('SELECT pg_backend_pid()');
+		$holder->query_safe(
+			q{SET synchronous_commit = on; BEGIN; INSERT INTO hold VALUES (1); NOTIFY hold});
+		$holder->query_until(qr//, "COMMIT;\n");
+		wait_for_wait_event($pid, 'SyncRep');
+	}
+	my $request = $coordinator->background_psql($db);
+	my $pid = $request->query_safe('SELECT pg_backend_pid()');
+	$request->query_safe($point eq 'post_commit' ? 'SET synchronous_commit = on' : 'SELECT');
+	$request->query_safe('BEGIN');
+	is($request->query_safe('SELECT outcome FROM ' . begin_call($tenant, $key, 'POST /orders')),
+		'claimed', "$point, $key: claimed");
+	$request->query_safe(order_sql($tenant, $key));
+	$request->query_safe('SELECT ' . complete_call($tenant, $key, 201));
+	$request->query_safe('NOTIFY hold') if $point eq 'pre_commit';
+	$request->query_until(qr//, "COMMIT;\n");
+	wait_for_wait_event($pid, $point eq 'pre_commit' ? 'object' : 'SyncRep');
+	my $prepared = worker_of($tenant)->safe_psql($db, 'SELECT count(*) FROM pg_prepared_xacts');
+	$coordinator->stop('immediate');
+	# Their server is gone: quitting may find the pipe closed.
+	eval { $_->quit } for grep { defined } $request, $holder;
+	$coordinator->start;
+	query('SELECT recover_prepared_transactions()');
+	is(worker_of($tenant)->safe_psql($db, 'SELECT count(*) FROM pg_prepared_xacts'),
+		'0', "$point, $key: Citus resolved the prepared transactions");
+	return $prepared;
+}
+
+# What a retry of the request with $key is told, in a transaction block.
+sub outcome_of
+{
+	my ($tenant, $key) = @_;
+	return query(sprintf(q{BEGIN; SELECT outcome FROM %s; COMMIT},
+			begin_call($tenant, $key, 'POST /orders')));
+}
+
+# After the crash, a retry of the request with $key, which runs it when told
+# claimed: the order exists once.
+sub retry_once
+{
+	my ($point, $tenant, $key, $expected) = @_;
+	if ($expected eq 'claimed')
+	{
+		is( run_request($coordinator, $db, $tenant, $key, 'POST /orders', 201,
+				write => order_sql($tenant, $key)),
+			"claimed 1\nt", "$point, $key: the retry claims and runs the request");
+	}
+	else
+	{
+		is(outcome_of($tenant, $key), $expected, "$point, $key: the retry is told $expected");
+	}
+	is(order_count($tenant, $key), '1', "$point, $key: exactly one order");
+	return;
+}
+
+# ---------------------------------------------------------------------------
+# Keys on the coordinator, orders distributed: two-phase commit
+# ---------------------------------------------------------------------------
+{
+	my $prepared = crash_at_commit_point('pre_commit', 'ten1', 'local-pre');
+	is($prepared, '1', 'pre_commit: the worker held the order as a prepared transaction');
+	is(order_count('ten1', 'local-pre'), '0', 'pre_commit: the order rolled back with the claim');
+	retry_once('pre_commit', 'ten1', 'local-pre', 'claimed');
+
+	$prepared = crash_at_commit_point('post_commit', 'ten1', 'local-post');
+	is($prepared, '1', 'post_commit: the worker held the order as a prepared transaction');
+	is(order_count('ten1', 'local-post'), '1', 'post_commit: the order committed with the claim');
+	retry_once('post_commit', 'ten1', 'local-post', 'replay');
+}
+
+# ---------------------------------------------------------------------------
+# idempotency_distribute: refusals, then the keys co-located with orders
+# ---------------------------------------------------------------------------
+{
+	query(
+		q{CREATE TABLE default_collation (tenant text PRIMARY KEY);
+		  SELECT create_distributed_table('default_collation', 'tenant');
+		  CREATE TABLE by_number (tenant int PRIMARY KEY);
+		  SELECT create_distributed_table('by_number', 'tenant');
+		  CREATE TABLE reference (tenant text COLLATE "C" PRIMARY KEY);
+		  SELECT create_reference_table('reference')});
+	my %refusals = (
+		hold => [ '22023', qr/table (public\.)?hold is not distributed/ ],
+		reference => [ '0A000', qr/is not hash-distributed/ ],
+		default_collation => [ '0A000', qr/is not text COLLATE "C"/ ],
+		by_number => [ '0A000', qr/is not text COLLATE "C"/ ]);
+	for my $table (sort keys %refusals)
+	{
+		my ($sqlstate, $stderr) =
+		  sql_error($coordinator, $db, "SELECT idempotency_distribute('$table')");
+		is($sqlstate, $refusals{$table}[0], "idempotency_distribute('$table') is refused");
+		like($stderr, $refusals{$table}[1], "... saying why ($table)");
+	}
+	query(q{SELECT idempotency_distribute('orders')});
+	is(query(q{SELECT count(*) FROM idempotency.keys WHERE key LIKE 'local-%'}),
+		'2', 'the coordinator\'s keys moved into the shards');
+	is(query(q{SELECT count(*) FROM ONLY idempotency.keys}), '2',
+		'... and are read through Citus');
+	is(query(q{SELECT colocationid = (SELECT colocationid FROM pg_dist_partition
+	                                   WHERE logicalrelid = 'orders'::regclass)
+	             FROM pg_dist_partition WHERE logicalrelid = 'idempotency.keys'::regclass}),
+		't', 'idempotency.keys is co-located with orders');
+	is(outcome_of('ten1', 'local-pre'), 'replay',
+		'a key completed before distribution replays after it');
+	my ($sqlstate, $stderr) = sql_error($coordinator, $db,
+		q{SELECT (idempotency_begin('ten1', 'field', request_hash('x'::text))).outcome});
+	is($sqlstate, 'IK005', 'a call shape Citus does not delegate is refused with IK005');
+	like($stderr, qr/not routed/, '... saying the call was not routed');
+}
+
+# The one-round-trip handler: one delegated call runs the whole request on
+# the node of the tenant's shard.
+query(
+	q{CREATE FUNCTION place_order(p_tenant text, p_key text, p_item text)
+	      RETURNS idempotency_begin_result LANGUAGE plpgsql AS $$
+	  DECLARE
+	      answer idempotency_begin_result;
+	  BEGIN
+	      answer := idempotency_begin(p_tenant, p_key, request_hash(p_item));
+	      IF answer.outcome <> 'claimed' THEN
+	          RETURN answer;
+	      END IF;
+	      INSERT INTO orders (tenant, idem_key, item) VALUES (p_tenant, p_key, p_item);
+	      PERFORM idempotency_complete(p_tenant, p_key, 201,
+	                                   jsonb_build_object('item', p_item));
+	      RETURN answer;
+	  END
+	  $$;
+	  SELECT create_distributed_function('place_order(text, text, text)', 'p_tenant',
+	                                     colocate_with => 'orders')});
+
+# ---------------------------------------------------------------------------
+# Concurrent same-key requests
+# ---------------------------------------------------------------------------
+{
+	my $first = $coordinator->background_psql($db);
+	$first->query_safe('BEGIN');
+	is($first->query_safe('SELECT outcome FROM ' . begin_call('ten2', 'same', 'POST /orders')),
+		'claimed', 'concurrent: the first request claims');
+	$first->query_safe(order_sql('ten2', 'same'));
+	is(query('SELECT outcome FROM ' . begin_call('ten2', 'same', 'POST /orders', lease => '1 minute')),
+		'in_progress', 'concurrent: a second request is told in_progress');
+	is(query(q{BEGIN;
+	           SELECT outcome FROM idempotency_begin('ten2', 'same', request_hash('POST /orders'::text));
+	           COMMIT}),
+		'in_progress', 'concurrent: ... also inside a transaction block');
+	$first->query_safe('SELECT ' . complete_call('ten2', 'same', 201));
+	$first->query_safe('COMMIT');
+	$first->quit;
+	is(query('SELECT outcome FROM ' . begin_call('ten2', 'same', 'POST /orders', lease => '1 minute')),
+		'replay', 'concurrent: after the commit, it replays');
+	is(order_count('ten2', 'same'), '1', 'concurrent: one order');
+}
+
+# Many clients, few keys, through pgbench.
+my $pgbench_script = PostgreSQL::Test::Utils::tempdir() . '/place_order.sql';
+PostgreSQL::Test::Utils::append_to_file($pgbench_script,
+	qq{\\set tenant random(1, 8)\n\\set key random(1, :keys)\n}
+	  . qq{SELECT outcome FROM place_order('t' || :tenant, 'k' || :key, 'book');\n});
+
+sub start_pgbench
+{
+	my ($clients, $transactions, $keys, $log) = @_;
+	my @command = (
+		'pgbench', '-n', '-c', $clients, '-j', $clients, '-t', $transactions,
+		'-D', "keys=$keys", '-f', $pgbench_script,
+		'-h', $coordinator->host, '-p', $coordinator->port, $db);
+	return IPC::Run::start(\@command, '>', \$log->{out}, '2>', \$log->{err});
+}
+
+sub check_orders_match_keys
+{
+	my ($what) = @_;
+	is(query(q{SELECT count(*) FROM (SELECT FROM orders GROUP BY tenant, idem_key
+	                                   HAVING count(*) > 1) AS twice}),
+		'0', "$what: no order was placed twice");
+	is(query(q{SELECT count(*) FROM orders WHERE tenant LIKE 't_'}),
+		query(q{SELECT count(*) FROM idempotency.keys WHERE scope LIKE 't_' AND status = 'c'}),
+		"$what: orders = completed keys");
+	return;
+}
+
+{
+	my %log;
+	my $run = start_pgbench(4, 100, 10, \%log);
+	ok($run->finish, 'same-key load: pgbench succeeded') or diag($log{err});
+	like($log{out}, qr/number of transactions actually processed: 400\b/,
+		'same-key load: every request was answered');
+	check_orders_match_keys('same-key load');
+}
+
+# ---------------------------------------------------------------------------
+# Coordinator crashes with distributed keys: the claim and the order are on
+# one worker and commit there together.
+# ---------------------------------------------------------------------------
+for my $point (qw(pre_commit post_commit))
+{
+	crash_at_commit_point($point, 'ten3', "dist-$point");
+	retry_once($point, 'ten3', "dist-$point", 'replay');
+}
+
+# ---------------------------------------------------------------------------
+# A shard move under load
+# ---------------------------------------------------------------------------
+{
+	my %log;
+	my $before = query(q{SELECT count(*) FROM orders});
+	my $run = start_pgbench(4, 400, 100000, \%log);
+	$coordinator->poll_query_until($db, "SELECT count(*) >= $before + 50 FROM orders")
+	  or die 'no load';
+	my ($shard, $from) = split /\|/, query(
+		q{SELECT shardid, nodeport FROM pg_dist_shard_placement
+		   WHERE shardid = get_shard_id_for_distribution_column('orders', 't1')});
+	my ($source) = grep { $_->port == $from } @workers;
+	my ($target) = grep { $_->port != $from } @workers;
+	query(sprintf(
+			q{SELECT citus_move_shard_placement(%d, %s, %d, %s, %d, 'force_logical')},
+			$shard, quote($source->host), $source->port, quote($target->host), $target->port));
+	$run->finish;
+	my $aborted = () = $log{err} =~ /aborted/g;
+	my ($processed) = $log{out} =~ /number of transactions actually processed: (\d+)/;
+	note("pgbench during the move: $processed requests, $aborted clients aborted; "
+		  . query(q{SELECT count(*) FROM orders}) . ' orders');
+	like($log{out}, qr/number of transactions actually processed: [1-9]/,
+		'move: pgbench ran requests') or diag($log{err});
+	unlike($log{err}, qr/ERROR:  (?!.*not stored on this node)/,
+		'move: no error but IK005 (not routed, retryable)');
+	is(query(sprintf(q{SELECT nodeport FROM pg_dist_shard_placement
+	                    WHERE shardid = get_shard_id_for_distribution_column('idempotency.keys', 't1')})),
+		$target->port, 'move: the keys of t1 moved with its orders');
+	check_orders_match_keys('move');
+	is(run_request($coordinator, $db, 't1', 'after-move', 'POST /orders', 201,
+			write => order_sql('t1', 'after-move')),
+		"claimed 1\nt", 'move: a request after the move claims on the new node');
+}
+
+# ---------------------------------------------------------------------------
+# The lock a claim holds on its node keeps a move from switching over
+# ---------------------------------------------------------------------------
+{
+	my $session = $coordinator->background_psql($db);
+	$session->query_safe('BEGIN');
+	is($session->query_safe('SELECT outcome FROM ' . begin_call('ten5', 'held', 'POST /orders')),
+		'claimed', 'lock: a request claims and keeps its transaction open');
+	my $source = worker_of('ten5');
+	my ($target) = grep { $_ != $source } @workers;
+	my $shard = query(q{SELECT get_shard_id_for_distribution_column('orders', 'ten5')});
+	my %log;
+	my $move = IPC::Run::start(
+		[
+			'psql', '-XAtq', '-d', $coordinator->connstr($db), '-c',
+			sprintf(q{SELECT citus_move_shard_placement(%d, %s, %d, %s, %d, 'block_writes')},
+				$shard, quote($source->host), $source->port, quote($target->host), $target->port)
+		],
+		'>', \$log{out}, '2>', \$log{err});
+	ok( $source->poll_query_until($db,
+			q{SELECT count(*) > 0 FROM pg_locks
+			   WHERE locktype = 'advisory' AND objsubid = 8 AND mode = 'ExclusiveLock'
+			     AND NOT granted}),
+		'lock: the move waits on the node for the shard metadata lock the claim holds');
+	# Only delegated calls while the move waits: a write the coordinator
+	# routes would wait there for the move, which waits here for this
+	# transaction -- a distributed deadlock that Citus resolves by cancelling
+	# one of them.
+	$session->query_safe('SELECT ' . complete_call('ten5', 'held', 201));
+	$session->query_safe('COMMIT');
+	$session->quit;
+	ok($move->finish, 'lock: the move finishes after the commit') or diag($log{err});
+	is(worker_of('ten5')->port, $target->port, 'lock: ten5 is on the other worker now');
+	is(outcome_of('ten5', 'held'), 'replay', 'lock: the key moved with its completion');
+}
+
+# ---------------------------------------------------------------------------
+# Expiry on the shards: idempotency_expire() on each worker, then the
+# background sweeper
+# ---------------------------------------------------------------------------
+sub make_expiring_keys
+{
+	my ($prefix, $count) = @_;
+	query(join '', map {
+		sprintf(q{BEGIN; SELECT %s; SELECT %s; COMMIT;},
+			begin_call("ten$_", "$prefix-$_", 'POST /orders', ttl => '1 second'),
+			complete_call("ten$_", "$prefix-$_", 201))
+	} 1 .. $count);
+	return;
+}
+
+{
+	for (@workers)
+	{
+		$_->append_conf('postgresql.conf', 'idempotency.worker_enabled = off');
+		$_->reload;
+	}
+	make_expiring_keys('exp1', 8);
+	$coordinator->poll_query_until($db,
+		q{SELECT count(*) = 8 FROM idempotency.keys WHERE key LIKE 'exp1-%' AND sweep_at <= now()})
+	  or die 'keys never expired';
+	my $expired = 0;
+	$expired += $_->safe_psql($db, 'SELECT idempotency_expire()') for @workers;
+	is($expired, 8, 'idempotency_expire() on the workers deletes the expired keys of their shards');
+	is(query(q{SELECT count(*) FROM idempotency.keys WHERE key LIKE 'exp1-%'}), '0',
+		'... all of them');
+
+	for (@workers)
+	{
+		$_->append_conf('postgresql.conf', 'idempotency.worker_enabled = on');
+		$_->reload;
+	}
+	make_expiring_keys('exp2', 8);
+	ok($coordinator->poll_query_until($db,
+			q{SELECT count(*) = 0 FROM idempotency.keys WHERE key LIKE 'exp2-%'}),
+		'the expiry workers sweep the shards of their nodes');
+	my $swept = 0;
+	$swept += $_->safe_psql($db, 'SELECT keys_expired FROM idempotency_stats()') for @workers;
+	cmp_ok($swept, '>=', 16, 'idempotency_stats() on the workers counts the expired keys');
+	like(query(q{SELECT count(*) FROM idempotency_scope_stats() WHERE scope LIKE 't_'}),
+		qr/^[1-8]$/, 'idempotency_scope_stats() reads every shard');
+}
+
+# ---------------------------------------------------------------------------
+# A non-superuser caller: EXECUTE on the functions, nothing on the storage
+# ---------------------------------------------------------------------------
+{
+	query(
+		q{CREATE ROLE app LOGIN;
+		  GRANT EXECUTE ON FUNCTION idempotency_begin, idempotency_complete,
+		                            idempotency_lookup, place_order TO app;
+		  GRANT SELECT, INSERT ON orders TO app;
+		  GRANT USAGE ON SEQUENCE orders_id_seq TO app});
+	my $as_app = sub {
+		return $coordinator->safe_psql($db, shift, extra_params => [ '-U', 'app' ]);
+	};
+	is($as_app->(q{SELECT outcome FROM place_order('ten4', 'app-1', 'pen')}),
+		'claimed', 'app: the one-round-trip handler claims');
+	is($as_app->(q{SELECT outcome FROM place_order('ten4', 'app-1', 'pen')}),
+		'replay', 'app: and replays');
+	is( $as_app->(
+			q{BEGIN;
+			  SELECT outcome FROM idempotency_begin('ten4', 'app-2', request_hash('x'::text));
+			  INSERT INTO orders (tenant, idem_key, item) VALUES ('ten4', 'app-2', 'pen');
+			  SELECT idempotency_complete('ten4', 'app-2', 201);
+			  COMMIT;
+			  SELECT status FROM idempotency_lookup('ten4', 'app-2')}),
+		"claimed\nt\ncompleted", 'app: a request in a transaction block, and its lookup');
+	my ($ret, $out, $err) = $coordinator->psql($db, 'SELECT count(*) FROM idempotency.keys',
+		extra_params => [ '-U', 'app' ]);
+	like($err, qr/permission denied/, 'app: no access to the storage itself');
+	is(order_count('ten4', 'app-2'), '1', 'app: one order');
+}
+
+done_testing();
