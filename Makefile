@@ -1,11 +1,19 @@
 # Build with PGXS. `make test` and `make demo` bootstrap a fresh machine first
-# (packages, build, install), so they must work before pg_config exists.
+# (packages, build, install), so they must work before pg_config exists; the
+# targets that need PGXS (all, install, installcheck, clean ...) stop instead.
 EXTENSION = idempotency
 MODULE_big = idempotency
-OBJS = src/module.o src/boundary.o src/sha256.o src/canonical.o src/request_hash.o src/store.o \
+OBJS = src/module.o src/boundary.o src/sha256.o src/canonical.o src/request_hash.o src/store.o src/claims.o \
+       src/arguments.o src/inspect.o \
        src/api.o src/stats.o src/worker.o
 DATA = $(wildcard sql/idempotency--*.sql)
 DOCS = README.md
+# `make installcheck`: the pg_regress suite, every sql/*.sql but the install and
+# upgrade scripts (DATA), against a running server where `make install` put the
+# extension (connection from PGHOST, PGPORT, PGUSER; a superuser, whose server
+# can write results/).  A UTF-8 database in the C locale, as test/run's cluster.
+REGRESS = $(sort $(patsubst sql/%.sql,%,$(filter-out $(DATA),$(wildcard sql/*.sql))))
+REGRESS_OPTS = --encoding=UTF8 --no-locale
 
 PG_CONFIG ?= pg_config
 # C++17; PostgreSQL headers are treated as system headers so -Wextra judges only our code.
@@ -23,6 +31,19 @@ PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
 override CPPFLAGS := $(patsubst -I$(includedir_server),-isystem $(includedir_server),$(patsubst -I$(includedir_internal),-isystem $(includedir_internal),$(CPPFLAGS)))
+else
+# No PGXS: the targets that need it stop and say why, instead of doing
+# nothing -- or, with no `all` defined, running the first target below.
+# test, demo and the others below need no PGXS: they install it first.
+pgxs_missing = PG_CONFIG=$(PG_CONFIG): \
+    $(if $(pg_config_found),$(pg_config_found) gives no PGXS$(if $(PGXS), ($(PGXS) does not exist)),not found), \
+    and this target builds with PGXS. Install postgresql-server-dev-15 (make test does), \
+    or set PG_CONFIG to the pg_config of the PostgreSQL to build against
+pg_config_found = $(shell command -v '$(PG_CONFIG)' 2>/dev/null)
+pgxs_targets = all install installdirs uninstall installcheck check clean distclean maintainer-clean
+.PHONY: $(pgxs_targets)
+$(pgxs_targets):
+	$(error $(pgxs_missing))
 endif
 # After PGXS, so that its `all` stays the default goal.
 -include $(OBJS:.o=.d)

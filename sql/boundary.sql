@@ -2,7 +2,10 @@
 -- function of the extension comes out as an ordinary error, and the session
 -- (and the server) live on.  idempotency.inject_fault makes every entry point
 -- throw.
+-- (Quietly: without shared_preload_libraries it warns; t/001_preload.pl tests that.)
+SET client_min_messages = error;
 CREATE EXTENSION idempotency;
+RESET client_min_messages;
 SELECT pg_backend_pid() AS backend \gset
 
 \set VERBOSITY sqlstate
@@ -19,7 +22,7 @@ RESET idempotency.inject_fault;
 
 -- Same backend, working as before, nothing written by the failed calls.
 SELECT pg_backend_pid() = :backend AS same_backend;
-SELECT outcome FROM idempotency_begin('s', 'k', request_hash('r'::text));
+SELECT outcome FROM idempotency_begin('s', 'k', request_hash('r'::text), lease => '1 minute');
 SELECT count(*) FROM idempotency.keys;
 
 -- Only a superuser may inject faults.

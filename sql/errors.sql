@@ -1,5 +1,8 @@
 -- Bad input gets a clear error with a documented SQLSTATE, and nothing changes.
+-- (Quietly: without shared_preload_libraries it warns; t/001_preload.pl tests that.)
+SET client_min_messages = error;
 CREATE EXTENSION idempotency;
+RESET client_min_messages;
 
 -- Runs a statement and shows "SQLSTATE: message" (or "ok").  The exception
 -- block is a savepoint, so a failed call leaves nothing behind.
@@ -12,8 +15,10 @@ EXCEPTION WHEN OTHERS THEN
 END
 $$;
 
+BEGIN;
 SELECT outcome FROM idempotency_begin('s', 'done', request_hash('r'::text));
 SELECT idempotency_complete('s', 'done', 200, '{"secret": "response body"}');
+COMMIT;
 SELECT outcome FROM idempotency_begin('s', 'held', request_hash('r'::text), lease => '1 hour');
 CREATE TABLE before AS SELECT * FROM idempotency.keys;
 
@@ -55,24 +60,42 @@ SELECT outcome FROM idempotency_begin('s', '12345678', request_hash('r'::text));
 SELECT outcome FROM idempotency_begin('s', 'éééé', request_hash('r'::text));
 ROLLBACK;
 RESET idempotency.max_key_length;
-SELECT pg_temp.try($$ SELECT idempotency_begin('s', repeat('x', 300), request_hash('r'::text)) $$);
-SELECT pg_temp.try($$ SELECT idempotency_begin('s', repeat('é', 200), request_hash('r'::text)) $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', repeat('x', 1100), request_hash('r'::text)) $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', repeat('é', 600), request_hash('r'::text)) $$);
 
 -- 22P02: a malformed request_hash
 SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', 'not a hash') $$);
 SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', '\x00'::bytea::request_hash) $$);
 
--- 54000: a response over idempotency.max_response_bytes, measured as the
--- uncompressed jsonb sizes of body and headers added up (pg_column_size of a
--- fresh value); the limit itself is accepted
+-- 22023: a body given both as jsonb and as bytes
+SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'held', 200, '{}', response_body_bytes => 'x') $$);
+
+-- A response over idempotency.max_response_bytes, measured as the
+-- uncompressed sizes of body and headers added up (pg_column_size of a fresh
+-- value), is not an error: failing would roll the work back and every retry
+-- would redo it.  The key completes without the body -- and without the
+-- headers when they alone are over -- marked response_body_omitted, with a
+-- WARNING.  The limit itself is accepted.
 SELECT pg_column_size('{"a": "0123456789"}'::jsonb) AS body_bytes, pg_column_size('{"h": 1}'::jsonb) AS header_bytes;
-SET idempotency.max_response_bytes = 54;
-SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'held', 200, '{"a": "0123456789"}', '{"h": 1}') $$);
-SET idempotency.max_response_bytes = 55;
 BEGIN;
+SET LOCAL idempotency.max_response_bytes = 54;
 SELECT idempotency_complete('s', 'held', 200, '{"a": "0123456789"}', '{"h": 1}');
+SELECT outcome, response_status, response_body, response_headers, response_body_omitted
+  FROM idempotency_begin('s', 'held', request_hash('r'::text));
 ROLLBACK;
-RESET idempotency.max_response_bytes;
+BEGIN;
+SET LOCAL idempotency.max_response_bytes = 7;
+SELECT idempotency_complete('s', 'held', 200, '{"a": "0123456789"}', '{"h": 1}');
+SELECT response_status, response_body, response_headers, response_body_omitted
+  FROM idempotency_lookup('s', 'held');
+ROLLBACK;
+BEGIN;
+SET LOCAL idempotency.max_response_bytes = 55;
+SELECT idempotency_complete('s', 'held', 200, '{"a": "0123456789"}', '{"h": 1}');
+SELECT response_body, response_headers, response_body_omitted FROM idempotency_lookup('s', 'held');
+ROLLBACK;
+-- 54000: a recovery point over the limit is refused (a claim in progress
+-- loses nothing by it).
 SELECT pg_temp.try($$ SELECT idempotency_checkpoint('s', 'held', repeat('x', 2000000)) $$);
 
 -- IK001: complete, checkpoint or release of a key nobody holds

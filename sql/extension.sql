@@ -1,5 +1,8 @@
 -- The extension as an object: dump registration, comments, clean removal.
+-- (Quietly: without shared_preload_libraries it warns; t/001_preload.pl tests that.)
+SET client_min_messages = error;
 CREATE EXTENSION idempotency;
+RESET client_min_messages;
 
 -- pg_dump keeps the keys (a restore without them would replay nothing).
 SELECT extconfig::regclass[] AS dumped_tables, extcondition FROM pg_extension WHERE extname = 'idempotency';
@@ -17,7 +20,7 @@ SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS uncommented
 -- A user's own table named like the usual hand-written one does not clash.
 CREATE TABLE idempotency_keys (key text PRIMARY KEY);
 CREATE TABLE keys (id int);
-SELECT outcome FROM idempotency_begin('s', 'k', request_hash('r'::text));
+SELECT outcome FROM idempotency_begin('s', 'k', request_hash('r'::text), lease => '1 minute');
 DROP TABLE idempotency_keys, keys;
 
 -- DROP EXTENSION removes everything it created, data included.
@@ -30,6 +33,9 @@ SELECT count(*) AS operator_families FROM pg_opfamily WHERE opfname LIKE 'reques
 SELECT count(*) AS casts FROM pg_cast WHERE castsource = 'bytea'::regtype AND casttarget NOT IN (SELECT oid FROM pg_type WHERE typnamespace = 'pg_catalog'::regnamespace);
 
 -- And it installs again after removal.
+-- (Quietly: without shared_preload_libraries it warns; t/001_preload.pl tests that.)
+SET client_min_messages = error;
 CREATE EXTENSION idempotency;
+RESET client_min_messages;
 SELECT count(*) AS keys_after_reinstall FROM idempotency.keys;
 DROP EXTENSION idempotency;

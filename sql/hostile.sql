@@ -2,7 +2,10 @@
 -- length check.  request_hash(jsonb) agrees with jsonb equality however the
 -- document is spelled, deep or huge input fails cleanly (never a crash), odd
 -- keys round-trip byte for byte, and the limits hold to the byte.
+-- (Quietly: without shared_preload_libraries it warns; t/001_preload.pl tests that.)
+SET client_min_messages = error;
 CREATE EXTENSION idempotency;
+RESET client_min_messages;
 
 -- Runs a statement and shows "SQLSTATE: message" (or "ok").
 CREATE FUNCTION pg_temp.try(statement text) RETURNS text LANGUAGE plpgsql AS $$
@@ -110,12 +113,14 @@ INSERT INTO odd_keys VALUES
     ('leading space', ' key'),
     ('composed', 'é'),
     ('decomposed', E'e\u0301');
+BEGIN;
 SELECT count(*) AS claimed FROM odd_keys,
        LATERAL idempotency_begin('hostile', key, request_hash(name)) AS b
  WHERE b.outcome = 'claimed';
 SELECT count(*) AS completed FROM odd_keys,
        LATERAL idempotency_complete('hostile', key, 200, jsonb_build_object('for', name)) AS done
  WHERE done;
+COMMIT;
 -- Every key replays its own response, and lookup finds exactly its record.
 SELECT o.name, b.outcome, b.response_body ->> 'for' = o.name AS own_response
   FROM odd_keys AS o, LATERAL idempotency_begin('hostile', o.key, request_hash(o.name)) AS b
@@ -126,16 +131,16 @@ SELECT count(*) AS own_lookups FROM odd_keys AS o,
 SELECT count(*) AS stored_byte_for_byte FROM odd_keys AS o
   JOIN idempotency.keys AS k ON k.scope = 'hostile' AND convert_to(k.key, 'UTF8') = convert_to(o.key, 'UTF8');
 -- Odd scopes are namespaces of their own.
-SELECT outcome FROM idempotency_begin(chr(1), 'key', request_hash('r'::text));
-SELECT outcome FROM idempotency_begin(chr(1) || ' ', 'key', request_hash('r'::text));
+SELECT outcome FROM idempotency_begin(chr(1), 'key', request_hash('r'::text), lease => '1 hour');
+SELECT outcome FROM idempotency_begin(chr(1) || ' ', 'key', request_hash('r'::text), lease => '1 hour');
 SELECT count(*) AS scopes FROM idempotency_scope_stats() WHERE scope LIKE chr(1) || '%';
 
 --
 -- max_key_length counts bytes: a key of 4-byte characters ending exactly at
--- the limit (255 bytes by default) is accepted, one byte more is 22001, and
--- the message shows a prefix cut at a character boundary.
+-- the limit (here 255 bytes) is accepted, one byte more is 22001, and the
+-- message shows a prefix cut at a character boundary.
 --
-SHOW idempotency.max_key_length;
+SET idempotency.max_key_length = 255;
 SELECT octet_length(repeat('😀', 63) || 'abc') AS at_limit,
        octet_length(repeat('😀', 64)) AS over_limit;
 BEGIN;
@@ -145,11 +150,13 @@ ROLLBACK;
 SELECT pg_temp.try($$ SELECT idempotency_begin('hostile', repeat('😀', 64), request_hash('r'::text)) $$);
 SELECT pg_temp.try($$ SELECT idempotency_begin(repeat('😀', 64), 'k', request_hash('r'::text)) $$);
 SELECT pg_temp.try($$ SELECT * FROM idempotency_lookup('hostile', repeat('😀', 64)) $$);
+RESET idempotency.max_key_length;
 
 --
 -- max_response_bytes counts the uncompressed jsonb bytes of body plus
--- headers, to the byte, whether or not the body was stored compressed.
--- The body carries a marker that no message may show.
+-- headers, to the byte, whether or not the body was stored compressed: one
+-- byte over and the body is not stored (a WARNING says so).  The body
+-- carries a marker that no message may show.
 --
 CREATE TEMP TABLE big (body jsonb, bigger jsonb);
 INSERT INTO big SELECT jsonb_build_object('marker', 'BODY-MARKER-' || repeat('x', 100000)),
@@ -163,12 +170,16 @@ SELECT outcome FROM idempotency_begin('hostile', 'big', request_hash('r'::text),
 BEGIN;
 SELECT idempotency_complete('hostile', 'big', 200, (SELECT body FROM big), '{"h": "a"}') AS at_limit;
 ROLLBACK;
-SELECT pg_temp.try($$ SELECT idempotency_complete('hostile', 'big', 200,
-                                                  (SELECT bigger FROM big), '{"h": "a"}') $$)
+BEGIN;
+SELECT idempotency_complete('hostile', 'big', 200, (SELECT bigger FROM big), '{"h": "a"}')
        AS one_byte_over;
-SELECT pg_temp.try($$ SELECT idempotency_complete('hostile', 'big', 200,
-                                                  (SELECT body FROM big), '{"h": "ab"}') $$)
+SELECT response_body IS NULL AS body_omitted, response_body_omitted FROM idempotency_lookup('hostile', 'big');
+ROLLBACK;
+BEGIN;
+SELECT idempotency_complete('hostile', 'big', 200, (SELECT body FROM big), '{"h": "ab"}')
        AS one_header_byte_over;
+SELECT response_body IS NULL AS body_omitted, response_body_omitted FROM idempotency_lookup('hostile', 'big');
+ROLLBACK;
 RESET idempotency.max_response_bytes;
 
 DROP EXTENSION idempotency;

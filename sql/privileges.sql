@@ -1,20 +1,23 @@
 -- EXECUTE on the idempotency_* functions is not granted to PUBLIC, and the
 -- storage is not readable or writable by PUBLIC.  The README's GRANTs let an
 -- application role use every function.
+-- (Quietly: without shared_preload_libraries it warns; t/001_preload.pl tests that.)
+SET client_min_messages = error;
 CREATE EXTENSION idempotency;
+RESET client_min_messages;
 CREATE ROLE regress_idem_app NOLOGIN;
 CREATE ROLE regress_idem_outsider NOLOGIN;
 
+BEGIN;
 SELECT outcome FROM idempotency_begin('tenant-a', 'k', request_hash('r'::text));
 SELECT idempotency_complete('tenant-a', 'k', 200, '{"private": true}');
+COMMIT;
 
--- The grants from the README.
+-- The grants from the README: by name, so that they hold whatever the
+-- argument lists of a version.
 GRANT EXECUTE ON FUNCTION
-    idempotency_begin(text, text, request_hash, interval, interval, interval),
-    idempotency_complete(text, text, integer, jsonb, jsonb, integer),
-    idempotency_checkpoint(text, text, text, interval, integer),
-    idempotency_release(text, text, integer),
-    idempotency_lookup(text, text)
+    idempotency_begin, idempotency_complete, idempotency_checkpoint, idempotency_release,
+    idempotency_lookup, idempotency_forget, idempotency_keys
     TO regress_idem_app;
 
 \set VERBOSITY terse
@@ -27,6 +30,8 @@ SELECT * FROM idempotency_lookup('tenant-a', 'k');
 SELECT idempotency_complete('tenant-a', 'k', 200);
 SELECT idempotency_checkpoint('tenant-a', 'k', 'p');
 SELECT idempotency_release('tenant-a', 'k');
+SELECT idempotency_forget('tenant-a', 'k');
+SELECT * FROM idempotency_keys('tenant-a');
 SELECT count(*) FROM idempotency.keys;
 INSERT INTO idempotency.keys (scope, key) VALUES ('x', 'y');
 RESET ROLE;
@@ -36,21 +41,28 @@ SELECT outcome, response_body FROM idempotency_begin('tenant-a', 'k', request_ha
 SELECT outcome, attempt FROM idempotency_begin('tenant-b', 'k', request_hash('r'::text), lease => '1 hour');
 SELECT idempotency_checkpoint('tenant-b', 'k', 'step 1') IS NOT NULL AS checkpointed;
 SELECT idempotency_release('tenant-b', 'k');
-SELECT outcome, attempt FROM idempotency_begin('tenant-b', 'k', request_hash('r'::text));
+SELECT outcome, attempt FROM idempotency_begin('tenant-b', 'k', request_hash('r'::text), lease => '1 hour');
 SELECT idempotency_complete('tenant-b', 'k', 201);
 SELECT status, response_status FROM idempotency_lookup('tenant-b', 'k');
+SELECT key, status FROM idempotency_keys('tenant-b');
+SELECT idempotency_forget('tenant-b', 'k') AS forgotten;
 -- the application still cannot touch the table directly
 SELECT count(*) FROM idempotency.keys;
 RESET ROLE;
 
--- No function of the extension is executable by PUBLIC but the type's.
+-- No function of the extension is executable by PUBLIC but the type's, and
+-- idempotency_key_problem, which reads nothing but its arguments and a setting.
 SELECT p.proname
   FROM pg_depend d JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
  WHERE d.refclassid = 'pg_extension'::regclass
    AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idempotency')
    AND has_function_privilege('public', p.oid, 'EXECUTE')
    AND p.proname NOT LIKE 'request_hash%'
+   AND p.proname <> 'idempotency_key_problem'
  ORDER BY 1;
+SET ROLE regress_idem_outsider;
+SELECT idempotency_key_problem('s', '') AS problem;
+RESET ROLE;
 
 DROP EXTENSION idempotency;
 DROP ROLE regress_idem_app;

@@ -1,6 +1,9 @@
 -- The request_hash type: hashing constructors, text and binary forms, casts,
 -- comparison, and the btree and hash operator classes at work.
+-- (Quietly: without shared_preload_libraries it warns; t/001_preload.pl tests that.)
+SET client_min_messages = error;
 CREATE EXTENSION idempotency;
+RESET client_min_messages;
 
 --
 -- Known answers: the SHA-256 vectors of FIPS 180-2 (one and two blocks).
@@ -24,11 +27,29 @@ SELECT 'xyz'::request_hash;
 \echo :LAST_ERROR_SQLSTATE
 -- A longer value is quoted only up to 64 bytes: it may be a request body.
 SELECT repeat('body', 40)::request_hash;
--- A bare literal given to request_hash() is a function-style cast, i.e. hex
--- input, not a hash of the string; a typed argument hashes it.
+-- An argument of no known type -- a bare literal, a driver's untyped
+-- parameter -- is never hashed by its spelling as text: 64 hex digits are a
+-- digest, as the type's literal form reads them, and anything else is
+-- refused (42P18) without being quoted.  A typed argument hashes it.
 SELECT request_hash('abc');
 \echo :LAST_ERROR_SQLSTATE
+SELECT request_hash('{"a": 1}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT request_hash('ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad')
+       = request_hash('abc'::text) AS hex_literal_is_a_digest;
+PREPARE untyped AS SELECT request_hash($1);
+\echo :LAST_ERROR_SQLSTATE
 SELECT request_hash('abc'::text);
+-- Each constructor also has a name of its own, whose one argument type a
+-- driver's untyped parameter takes on: a JSON body sent as text hashes by
+-- its value.
+PREPARE by_name AS SELECT request_hash_jsonb($1);
+EXECUTE by_name('{"b": 2, "a": 1.0}');
+SELECT request_hash_jsonb('{"a": 1, "b": 2}') = request_hash('{"a": 1, "b": 2}'::jsonb) AS jsonb_alike,
+       request_hash_text('abc') = request_hash('abc'::text) AS text_alike,
+       request_hash_bytea('\x616263') = request_hash('\x616263'::bytea) AS bytea_alike,
+       request_hash_parts('POST', '/orders') = request_hash('POST', '/orders') AS parts_alike;
+DEALLOCATE by_name;
 
 CREATE FUNCTION pg_temp.input_sqlstate(input text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN

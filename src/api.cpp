@@ -1,5 +1,9 @@
-// SQL entry points: argument checks, then the store, then the result.
+// The SQL functions of a request's life: begin, complete, checkpoint,
+// release, forget.  Each checks its arguments, then goes to the store, then
+// builds its result.
+#include "arguments.hpp"
 #include "boundary.hpp"
+#include "claims.hpp"
 #include "module.hpp"
 #include "stats.hpp"
 #include "store.hpp"
@@ -27,9 +31,11 @@ extern "C"
 namespace
 {
 
+using namespace idempotency::arguments;
+using idempotency::key_for_message;
 using idempotency::RequestHash;
 using idempotency::store::Record;
-using idempotency::store::Relations;
+using idempotency::store::Storage;
 using idempotency::store::Writer;
 namespace store = idempotency::store;
 namespace settings = idempotency::settings;
@@ -42,158 +48,6 @@ const int errcode_stale_attempt = MAKE_SQLSTATE('I', 'K', '0', '0', '3');
 // retry_after reported for a claim whose transaction has not committed yet:
 // its lease has not started, so there is nothing better to say.
 constexpr int64 uncommitted_retry_after_us = USECS_PER_SEC;
-
-// Compared with an interval's length as interval comparison sees it.
-constexpr int64 max_ttl_or_lease_us = int64(settings::max_duration_s) * USECS_PER_SEC;
-constexpr int64 max_wait_us = int64(3600) * USECS_PER_SEC;
-
-// ---------------------------------------------------------------------------
-// Arguments
-// ---------------------------------------------------------------------------
-
-Datum required_arg(FunctionCallInfo fcinfo, int n, const char *name)
-{
-    if (PG_ARGISNULL(n))
-        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                        errmsg("%s must not be null", name)));
-    return PG_GETARG_DATUM(n);
-}
-
-// The key as it may appear in a message: a prefix at most.
-char *key_for_message(Datum key)
-{
-    constexpr int shown_bytes = 32;
-    const text *t = DatumGetTextPP(key);
-    int len = VARSIZE_ANY_EXHDR(t);
-    int clip = pg_mbcliplen(VARDATA_ANY(t), len, shown_bytes);
-    return psprintf("%.*s%s", clip, VARDATA_ANY(t), clip < len ? "..." : "");
-}
-
-struct KeyArgs
-{
-    Datum scope; // detoasted text
-    Datum key;   // detoasted text
-};
-
-void check_length(Datum value, const char *name)
-{
-    int len = VARSIZE_ANY_EXHDR(DatumGetTextPP(value));
-    if (len > settings::max_key_length)
-        ereport(ERROR, (errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-                        errmsg("%s \"%s\" is too long (%d bytes)", name, key_for_message(value), len),
-                        errdetail("idempotency.max_key_length is %d bytes.",
-                                  settings::max_key_length)));
-}
-
-// With idempotency.tenant_isolation = role, the stored scope is the calling
-// role's OID, a slash, then the caller's scope: no role can name another
-// role's keys, whatever scope it passes.
-Datum scope_of_caller(Datum scope)
-{
-    if (settings::tenant_isolation != settings::tenant_isolation_role)
-        return scope;
-    const text *t = DatumGetTextPP(scope);
-    return CStringGetTextDatum(
-        psprintf("%u/%.*s", GetUserId(), int(VARSIZE_ANY_EXHDR(t)), VARDATA_ANY(t)));
-}
-
-KeyArgs key_args(FunctionCallInfo fcinfo)
-{
-    KeyArgs args;
-    args.scope = PointerGetDatum(DatumGetTextPP(required_arg(fcinfo, 0, "scope")));
-    args.key = PointerGetDatum(DatumGetTextPP(required_arg(fcinfo, 1, "key")));
-    if (VARSIZE_ANY_EXHDR(DatumGetTextPP(args.key)) == 0)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("key must not be empty")));
-    check_length(args.scope, "scope");
-    check_length(args.key, "key");
-    args.scope = scope_of_caller(args.scope);
-    return args;
-}
-
-// An interval's length as interval comparison sees it (a month is 30 days).
-__int128 interval_span_us(const Interval *interval)
-{
-    return (__int128)interval->time + (__int128)interval->day * USECS_PER_DAY +
-           (__int128)interval->month * DAYS_PER_MONTH * USECS_PER_DAY;
-}
-
-const char *interval_text(const Interval *interval)
-{
-    return DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(interval)));
-}
-
-Interval *interval_from_us(int64 us)
-{
-    Interval *interval = static_cast<Interval *>(palloc0(sizeof(Interval)));
-    interval->time = us;
-    return interval;
-}
-
-// An optional interval argument within (min, max], or [0, max] when zero is allowed.
-Interval *interval_arg(FunctionCallInfo fcinfo, int n, const char *name, int64 default_us,
-                       bool zero_allowed, int64 max_us, const char *range_text)
-{
-    if (PG_ARGISNULL(n))
-        return interval_from_us(default_us);
-    Interval *interval = PG_GETARG_INTERVAL_P(n);
-    __int128 span = interval_span_us(interval);
-    if (span < 0 || (span == 0 && !zero_allowed) || span > max_us)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("invalid %s \"%s\"", name, interval_text(interval)),
-                        errdetail("%s must be %s.", name, range_text)));
-    return interval;
-}
-
-Interval *ttl_arg(FunctionCallInfo fcinfo, int n)
-{
-    return interval_arg(fcinfo, n, "ttl", int64(settings::default_ttl_s) * USECS_PER_SEC, false,
-                        max_ttl_or_lease_us, "greater than zero and at most 3650 days");
-}
-
-Interval *lease_arg(FunctionCallInfo fcinfo, int n)
-{
-    return interval_arg(fcinfo, n, "lease", int64(settings::default_lease_ms) * 1000, false,
-                        max_ttl_or_lease_us, "greater than zero and at most 3650 days");
-}
-
-bool optional_int_arg(FunctionCallInfo fcinfo, int n, int32 *value)
-{
-    if (PG_ARGISNULL(n))
-        return false;
-    *value = PG_GETARG_INT32(n);
-    return true;
-}
-
-void require_writable(const char *function)
-{
-    if (RecoveryInProgress())
-        ereport(ERROR, (errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-                        errmsg("cannot call %s() during recovery", function),
-                        errhint("Call it on the primary; idempotency_lookup() works on a standby.")));
-    if (XactReadOnly)
-        ereport(ERROR, (errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-                        errmsg("cannot call %s() in a read-only transaction", function)));
-}
-
-// ---------------------------------------------------------------------------
-// Time
-// ---------------------------------------------------------------------------
-
-TimestampTz plus_interval(TimestampTz t, const Interval *interval)
-{
-    return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(t),
-                                                   IntervalPGetDatum(interval)));
-}
-
-// Expiry times are rounded up to a whole second: keys never expire early, and
-// a claim completed within the same second keeps its expiry, so completing
-// changes no indexed column and the update stays HOT.
-TimestampTz expiry_after(TimestampTz t, const Interval *ttl)
-{
-    TimestampTz expiry = plus_interval(t, ttl);
-    TimestampTz rest = expiry % USECS_PER_SEC;
-    return rest == 0 ? expiry : expiry + (rest > 0 ? USECS_PER_SEC - rest : -rest);
-}
 
 // ---------------------------------------------------------------------------
 // idempotency_begin
@@ -211,48 +65,56 @@ constexpr const char *outcome_labels[] = {"claimed", "replay", "in_progress", "m
 // What the newest version of a key means to a caller.
 enum class KeyState
 {
-    absent,           // no row: claim it
+    absent,           // no row, and nobody is changing the key: claim it
     expired,          // past its expiry: claim it as if absent
     lease_ended,      // committed unfinished claim whose lease ended: take it over
+    dead_mismatch,    // the same, for another request: taken over only when asked
     own_claim,        // claimed by the calling transaction already
     replay,           // completed for the same request
     mismatch,         // held or completed for another request
-    held_uncommitted, // claimed by a transaction still in progress
+    held_uncommitted, // claimed, or being deleted, by a transaction still in progress
     held_leased       // committed unfinished claim, lease running
 };
 
-KeyState classify(const Record &record, const RequestHash *request, TimestampTz now)
+struct BeginArgs
+{
+    store::Key key;
+    Datum request;
+    Interval *ttl;
+    Interval *lease;
+    bool lease_given; // the two-phase pattern's explicit lease
+    int64 wait_us;
+    bool has_claim_data;
+    Datum claim_data;        // jsonb, when has_claim_data
+    bool take_over_mismatch; // take over a dead claim of another request
+};
+
+KeyState classify(const Record &record, const BeginArgs &args, TimestampTz now)
 {
     if (!record.found)
-        return KeyState::absent;
-    bool same_request = idempotency::request_hash_equal(record.request(), request);
-    if (record.writer == Writer::other)
+        return record.held_by_other() ? KeyState::held_uncommitted : KeyState::absent;
+    bool same_request = idempotency::request_hash_equal(
+        record.request(), idempotency::datum_get_request_hash(args.request));
+    if (record.held_by_other())
         return same_request ? KeyState::held_uncommitted : KeyState::mismatch;
     if (record.writer == Writer::committed && record.expired(now))
         return KeyState::expired;
+    bool dead = record.writer == Writer::committed && !record.completed() &&
+                record.lease_expires_at() <= now;
     if (!same_request)
-        return KeyState::mismatch;
+        return dead && args.take_over_mismatch ? KeyState::dead_mismatch : KeyState::mismatch;
     if (record.completed())
         return KeyState::replay;
     if (record.writer == Writer::self)
         return KeyState::own_claim;
-    return record.lease_expires_at() > now ? KeyState::held_leased : KeyState::lease_ended;
+    return dead ? KeyState::lease_ended : KeyState::held_leased;
 }
 
 bool needs_claim(KeyState state)
 {
     return state == KeyState::absent || state == KeyState::expired ||
-           state == KeyState::lease_ended;
+           state == KeyState::lease_ended || state == KeyState::dead_mismatch;
 }
-
-struct BeginArgs
-{
-    KeyArgs key;
-    Datum request;
-    Interval *ttl;
-    Interval *lease;
-    int64 wait_us;
-};
 
 struct BeginAnswer
 {
@@ -290,16 +152,24 @@ BeginAnswer answer_without_claim(KeyState state, const Record &record, Timestamp
 }
 
 // Turns `record` into a fresh in-progress claim for this caller.  A takeover
-// after the lease ended keeps the recovery point and bumps the attempt (the
-// fencing token); a claim over an expired record starts over.
-void fill_claim(Record &record, const BeginArgs &args, KeyState state, TimestampTz now)
+// after the lease ended bumps the attempt (the fencing token) and keeps the
+// recovery point -- unless the dead claim was for another request, whose
+// progress means nothing to this one; a claim over an expired record starts
+// over.
+void fill_claim(const Storage &storage, Record &record, const BeginArgs &args, KeyState state,
+                TimestampTz now)
 {
-    if (state == KeyState::lease_ended)
+    if (state == KeyState::lease_ended || state == KeyState::dead_mismatch)
+    {
         record.set(store::col_attempt, Int32GetDatum(record.attempt() + 1));
+        if (state == KeyState::dead_mismatch)
+        {
+            record.set(store::col_request, args.request);
+            record.set_null(store::col_recovery_point);
+        }
+    }
     else
     {
-        record.set(store::col_scope, args.key.scope);
-        record.set(store::col_key, args.key.key);
         record.set(store::col_request, args.request);
         record.set(store::col_created_at, TimestampTzGetDatum(now));
         record.set(store::col_attempt, Int32GetDatum(1));
@@ -308,11 +178,17 @@ void fill_claim(Record &record, const BeginArgs &args, KeyState state, Timestamp
         record.set_null(store::col_recovery_point);
         record.set_null(store::col_response_body);
         record.set_null(store::col_response_headers);
+        record.set_null(store::col_response_body_bytes);
     }
     record.set(store::col_ttl, IntervalPGetDatum(args.ttl));
-    record.set(store::col_expires_at, TimestampTzGetDatum(expiry_after(now, args.ttl)));
+    record.set(store::col_lease, IntervalPGetDatum(args.lease));
+    store::set_expiry(storage, record, plus_interval(now, args.ttl));
     record.set(store::col_status, CharGetDatum(store::status_in_progress));
     record.set(store::col_lease_expires_at, TimestampTzGetDatum(plus_interval(now, args.lease)));
+    if (args.has_claim_data)
+        record.set(store::col_claim_data, args.claim_data);
+    else
+        record.set_null(store::col_claim_data);
 }
 
 // How often a caller that finds the key lock taken looks again for the
@@ -323,29 +199,29 @@ constexpr int busy_rereads = 5;
 constexpr long busy_reread_pause_us = 100;
 
 // What the key holds now, and what that means for this caller.
-KeyState observe(Relations &rels, const BeginArgs &args, Record &record, TimestampTz &now)
+KeyState observe(Storage &storage, const BeginArgs &args, Record &record, TimestampTz &now)
 {
     now = GetCurrentTimestamp();
-    record = store::read_latest(rels, args.key.scope, args.key.key);
-    return classify(record, idempotency::datum_get_request_hash(args.request), now);
+    record = store::read_latest(storage, args.key);
+    return classify(record, args, now);
 }
 
 // One attempt, without waiting for a holder.
-BeginAnswer begin_once(Relations &rels, const BeginArgs &args)
+BeginAnswer begin_once(Storage &storage, const BeginArgs &args)
 {
     TimestampTz now;
     Record record;
-    KeyState state = observe(rels, args, record, now);
+    KeyState state = observe(storage, args, record, now);
     if (!needs_claim(state))
         return answer_without_claim(state, record, now); // replays take no lock and write nothing
 
-    for (int reread = 0; !store::lock_key(args.key.scope, args.key.key, false); reread++)
+    for (int reread = 0; !store::lock_key(args.key, false); reread++)
     {
         if (reread == busy_rereads)
             return held_by_transaction(record);
         pg_usleep(busy_reread_pause_us);
         CHECK_FOR_INTERRUPTS();
-        state = observe(rels, args, record, now);
+        state = observe(storage, args, record, now);
         if (!needs_claim(state))
             return answer_without_claim(state, record, now);
     }
@@ -353,32 +229,22 @@ BeginAnswer begin_once(Relations &rels, const BeginArgs &args)
     // Under the key lock nobody else writes this key: decide on what is there,
     // write, and let go -- the uncommitted row then speaks for the claim.
     BeginAnswer result;
-    for (;;)
+    state = observe(storage, args, record, now);
+    if (!needs_claim(state))
+        result = answer_without_claim(state, record, now);
+    else
     {
-        state = observe(rels, args, record, now);
-        if (!needs_claim(state))
-        {
-            result = answer_without_claim(state, record, now);
-            break;
-        }
         if (state == KeyState::absent)
-        {
             for (int column = 0; column < store::column_count; column++)
                 record.set_null(store::Column(column));
-            fill_claim(record, args, state, now);
-            store::insert_record(rels, record);
-            result = answer(Outcome::claimed, record);
-            break;
-        }
-        fill_claim(record, args, state, now);
-        if (store::update_record(rels, record) == TM_Ok)
-        {
-            result = answer(Outcome::claimed, record);
-            break;
-        }
-        // A concurrent expiry deleted the row: look again.
+        fill_claim(storage, record, args, state, now);
+        if (state == KeyState::absent)
+            store::insert_record(storage, args.key, record);
+        else
+            store::update_record(storage, record);
+        result = answer(Outcome::claimed, record);
     }
-    store::unlock_key(args.key.scope, args.key.key);
+    store::unlock_key(args.key);
     return result;
 }
 
@@ -387,7 +253,7 @@ BeginAnswer begin_once(Relations &rels, const BeginArgs &args)
 // waited for on its transaction id; a committed claim has no transaction to
 // wait for, so its lease is polled.  lock_timeout, when set and shorter, cuts the wait short
 // with in_progress.
-BeginAnswer wait_for_holder(Relations &rels, const BeginArgs &args, BeginAnswer result)
+BeginAnswer wait_for_holder(Storage &storage, const BeginArgs &args, BeginAnswer result)
 {
     constexpr long max_poll_ms = 50;
     int64 wait_us = args.wait_us;
@@ -401,7 +267,7 @@ BeginAnswer wait_for_holder(Relations &rels, const BeginArgs &args, BeginAnswer 
         if (result.outcome != Outcome::in_progress || now >= deadline)
             return result;
         int remaining_ms = int((deadline - now + 999) / 1000);
-        if (result.record.found && result.record.writer == Writer::other)
+        if (result.record.held_by_other())
             (void)store::wait_for_transaction(result.record.writer_xid, remaining_ms);
         else
         {
@@ -411,18 +277,18 @@ BeginAnswer wait_for_holder(Relations &rels, const BeginArgs &args, BeginAnswer 
             CHECK_FOR_INTERRUPTS();
             poll_ms = Min(poll_ms * 2, max_poll_ms);
         }
-        result = begin_once(rels, args);
+        result = begin_once(storage, args);
     }
 }
 
-BeginAnswer begin(Relations &rels, const BeginArgs &args)
+BeginAnswer begin(Storage &storage, const BeginArgs &args)
 {
     namespace stats = idempotency::stats;
-    BeginAnswer result = begin_once(rels, args);
+    BeginAnswer result = begin_once(storage, args);
     if (result.outcome == Outcome::in_progress && args.wait_us > 0)
     {
         TimestampTz started = GetCurrentTimestamp();
-        result = wait_for_holder(rels, args, result);
+        result = wait_for_holder(storage, args, result);
         stats::add(stats::waits);
         stats::add(stats::wait_time_us, uint64(GetCurrentTimestamp() - started));
     }
@@ -451,15 +317,17 @@ const BeginResultType *begin_result_type(FunctionCallInfo fcinfo)
     type->desc = BlessTupleDesc(desc);
     Oid enum_type = TupleDescAttr(desc, 0)->atttypid;
     for (int i = 0; i < 4; i++)
-        type->outcome_oids[i] = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
-                                                ObjectIdGetDatum(enum_type),
-                                                CStringGetDatum(outcome_labels[i]));
+        type->outcome_oids[i] =
+            GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid, ObjectIdGetDatum(enum_type),
+                            CStringGetDatum(outcome_labels[i]));
     MemoryContextSwitchTo(old);
     fcinfo->flinfo->fn_extra = type;
     return type;
 }
 
-// Result columns of idempotency_begin, in declaration order.
+// Result columns of idempotency_begin, in declaration order.  Called through
+// an older version's declaration, the result type has fewer columns, and
+// heap_form_tuple takes only those.
 enum BeginColumn
 {
     out_outcome,
@@ -471,6 +339,12 @@ enum BeginColumn
     out_retry_after,
     out_created_at,
     out_expires_at,
+    // 0.2.0
+    out_response_body_bytes,
+    out_response_body_omitted,
+    out_status,
+    out_lease_expires_at,
+    out_claim_data,
     begin_column_count
 };
 
@@ -489,17 +363,25 @@ Datum begin_result(FunctionCallInfo fcinfo, const BeginAnswer &result)
     nulls[out_outcome] = false;
     if (result.record.found)
     {
-        // A mismatch tells when the key frees up, nothing about the other request.
+        // A mismatch tells the state of the key and when it frees up, nothing
+        // about the other request: not its claim data, recovery point or response.
         copy(out_created_at, store::col_created_at);
         copy(out_expires_at, store::col_expires_at);
-        if (result.outcome != Outcome::mismatch)
-            copy(out_attempt, store::col_attempt);
+        copy(out_attempt, store::col_attempt);
+        copy(out_lease_expires_at, store::col_lease_expires_at);
+        values[out_status] =
+            CStringGetTextDatum(result.record.completed() ? "completed" : "in_progress");
+        nulls[out_status] = false;
+        if (result.outcome == Outcome::claimed || result.outcome == Outcome::in_progress)
+            copy(out_claim_data, store::col_claim_data);
     }
     if (result.outcome == Outcome::replay)
     {
         copy(out_response_status, store::col_response_status);
         copy(out_response_body, store::col_response_body);
         copy(out_response_headers, store::col_response_headers);
+        copy(out_response_body_bytes, store::col_response_body_bytes);
+        copy(out_response_body_omitted, store::col_response_body_omitted);
     }
     if (result.outcome == Outcome::claimed)
         copy(out_recovery_point, store::col_recovery_point);
@@ -515,100 +397,177 @@ Datum begin_result(FunctionCallInfo fcinfo, const BeginAnswer &result)
 // Writes by the holder: complete, checkpoint, release
 // ---------------------------------------------------------------------------
 
-// The caller's in-progress claim, about to be written by write_claim.
+// The key's current record, about to be written by write_claim.
 struct HeldClaim
 {
     Record record;
     bool locked; // holds the key lock, which write_claim lets go
 };
 
-// Returns the caller's in-progress claim, or raises the documented error.
-// The caller's own uncommitted claim, found by its address, needs no key
-// lock: every other writer sees it as in progress and keeps off until this
-// transaction ends.  Otherwise (a committed claim, from begin and complete in
-// separate transactions, or a claim this backend did not write last) the key
-// is read under the key lock, after waiting for another transaction's
-// uncommitted change, as an UPDATE waits for a concurrent one.
-HeldClaim held_claim(Relations &rels, const KeyArgs &key, bool has_attempt, int32 attempt)
+// The key's current record, ready to be changed.  The caller's own
+// uncommitted claim, found by its address, needs no key lock: every other
+// writer sees it as in progress and keeps off until this transaction ends.
+// Otherwise (a committed record, as in the two-phase pattern, or a claim
+// this backend did not write last) the key is read under the key lock, after
+// waiting for another transaction's uncommitted change, as an UPDATE waits
+// for a concurrent one.
+HeldClaim current_record(Storage &storage, const store::Key &key)
 {
     HeldClaim claim;
-    claim.locked = !store::fetch_own_claim(rels, key.scope, key.key, &claim.record);
+    claim.locked = !store::fetch_own_claim(storage, key, &claim.record);
     while (claim.locked)
     {
-        store::lock_key(key.scope, key.key, true);
-        claim.record = store::read_latest(rels, key.scope, key.key);
-        if (!claim.record.found || claim.record.writer != Writer::other)
+        store::lock_key(key, true);
+        claim.record = store::read_latest(storage, key);
+        if (!claim.record.held_by_other())
             break;
-        store::unlock_key(key.scope, key.key);
+        store::unlock_key(key);
         store::wait_for_transaction(claim.record.writer_xid);
     }
-    const Record &record = claim.record;
-    if (!record.found || (record.writer == Writer::committed && record.expired(GetCurrentTimestamp())))
-        ereport(ERROR, (errcode(errcode_key_not_claimed),
-                        errmsg("idempotency key \"%s\" is not claimed", key_for_message(key.key)),
-                        errhint("Call idempotency_begin() first.")));
-    // A fenced-off holder hears that first: its result must not be stored.
+    return claim;
+}
+
+bool is_live(const Record &record)
+{
+    return record.found &&
+           !(record.writer == Writer::committed && record.expired(GetCurrentTimestamp()));
+}
+
+// A fenced-off holder hears IK003 before anything else: its result must
+// not be stored, and it must not undo its successor's work.
+void check_attempt(const Record &record, const store::Key &key, bool has_attempt, int32 attempt)
+{
     if (has_attempt && attempt != record.attempt())
         ereport(ERROR, (errcode(errcode_stale_attempt),
                         errmsg("attempt %d of idempotency key \"%s\" is stale", attempt,
                                key_for_message(key.key)),
                         errdetail("The key's current attempt is %d: its lease ended and another "
                                   "caller took it over.",
-                                  record.attempt())));
-    if (record.completed())
+                                  record.attempt()),
+                        errhidestmt(true)));
+}
+
+// What a completed record allows: nothing, or a fenced replacement.
+enum class Completed
+{
+    refuse,
+    replace
+};
+
+// Returns the key's current record, or raises the documented error: IK001
+// when there is none, IK003 for a stale attempt, IK002 when it is completed
+// (unless replacing its response, which needs its attempt).
+HeldClaim held_claim(Storage &storage, const store::Key &key, bool has_attempt, int32 attempt,
+                     Completed completed = Completed::refuse)
+{
+    HeldClaim claim = current_record(storage, key);
+    const Record &record = claim.record;
+    if (!is_live(record))
+        ereport(ERROR, (errcode(errcode_key_not_claimed),
+                        errmsg("idempotency key \"%s\" is not claimed", key_for_message(key.key)),
+                        errhint("Call idempotency_begin() first."), errhidestmt(true)));
+    check_attempt(record, key, has_attempt, attempt);
+    if (record.completed() && completed == Completed::refuse)
         ereport(ERROR,
                 (errcode(errcode_key_completed),
-                 errmsg("idempotency key \"%s\" is already completed", key_for_message(key.key))));
+                 errmsg("idempotency key \"%s\" is already completed", key_for_message(key.key)),
+                 errhidestmt(true)));
+    if (record.completed() && !has_attempt)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("replacing the response of idempotency key \"%s\" needs its attempt",
+                               key_for_message(key.key)),
+                        errhint("Pass attempt => the attempt that completed it, which a replay "
+                                "answer gives."),
+                        errhidestmt(true)));
     return claim;
 }
 
-void write_claim(Relations &rels, const KeyArgs &key, HeldClaim &claim)
+void write_claim(Storage &storage, const store::Key &key, HeldClaim &claim)
 {
-    TM_Result result = store::update_record(rels, claim.record);
+    store::update_record(storage, claim.record);
     if (claim.locked)
-        store::unlock_key(key.scope, key.key);
-    if (result != TM_Ok)
-        ereport(ERROR, (errcode(errcode_key_not_claimed),
-                        errmsg("idempotency key \"%s\" is not claimed", key_for_message(key.key)),
-                        errdetail("It expired while this call ran.")));
+        store::unlock_key(key);
 }
+
+// Whether a change settles the claim: completes or releases it.
+enum class Settles
+{
+    no,
+    yes
+};
 
 // Finds the caller's in-progress claim, lets `change` edit it, and writes it
 // back: the common course of complete, checkpoint and release.
 template <typename Change>
-void change_held_claim(const KeyArgs &key, bool has_attempt, int32 attempt, Change change)
+void change_held_claim(const store::Key &key_arg, bool has_attempt, int32 attempt, Settles settles,
+                       Change change, Completed completed = Completed::refuse)
 {
-    Relations rels = store::open_relations(RowExclusiveLock);
-    HeldClaim claim = held_claim(rels, key, has_attempt, attempt);
-    change(claim.record);
-    write_claim(rels, key, claim);
-    store::close_relations(rels);
-}
-
-// The uncompressed size of a varlena argument, 0 when NULL.
-int64 argument_bytes(FunctionCallInfo fcinfo, int n)
-{
-    return PG_ARGISNULL(n) ? 0 : int64(toast_raw_datum_size(PG_GETARG_DATUM(n)));
-}
-
-// What a key stores beyond its claim -- response, recovery point -- is
-// limited by idempotency.max_response_bytes.
-void check_stored_size(int64 bytes, const char *what, const KeyArgs &key)
-{
-    if (bytes > settings::max_response_bytes)
-        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                        errmsg("%s of idempotency key \"%s\" is too large (%lld bytes)", what,
-                               key_for_message(key.key), (long long)bytes),
-                        errdetail("idempotency.max_response_bytes is %d bytes.",
-                                  settings::max_response_bytes)));
+    Storage storage = store::open(RowExclusiveLock);
+    store::Key key = store::stored_key(storage, key_arg);
+    HeldClaim claim = held_claim(storage, key, has_attempt, attempt, completed);
+    change(storage, claim.record);
+    write_claim(storage, key, claim);
+    store::close(storage);
+    if (settles == Settles::yes)
+        idempotency::claims::note_settled(key);
 }
 
 void set_optional(Record &record, store::Column column, FunctionCallInfo fcinfo, int n)
 {
-    if (PG_ARGISNULL(n))
-        record.set_null(column);
-    else
+    if (has_arg(fcinfo, n))
         record.set(column, PG_GETARG_DATUM(n));
+    else
+        record.set_null(column);
+}
+
+// Arguments of idempotency_complete, by position.
+enum CompleteArg
+{
+    complete_status = 2,
+    complete_body,
+    complete_headers,
+    complete_attempt,
+    complete_body_bytes,
+    complete_replace
+};
+
+// What of a response gets stored.  A response over idempotency.max_response_bytes
+// is still completed -- failing would roll the work back, and every retry
+// would do it again and fail again -- but without its body (and without its
+// headers, when they alone are over), marked as omitted.
+struct StoredResponse
+{
+    bool body;
+    bool headers;
+    int64 size;
+};
+
+StoredResponse response_to_store(FunctionCallInfo fcinfo)
+{
+    if (has_arg(fcinfo, complete_body) && has_arg(fcinfo, complete_body_bytes))
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("response_body and response_body_bytes cannot both be given"),
+                        errhint("Pass a JSON body as response_body, any other body as "
+                                "response_body_bytes."),
+                        errhidestmt(true)));
+    int64 body =
+        argument_bytes(fcinfo, complete_body) + argument_bytes(fcinfo, complete_body_bytes);
+    int64 headers = argument_bytes(fcinfo, complete_headers);
+    int64 limit = settings::max_response_bytes;
+    return StoredResponse{body + headers <= limit, headers <= limit, body + headers};
+}
+
+void warn_omitted(const store::Key &key, const StoredResponse &response)
+{
+    ereport(WARNING,
+            (errcode(ERRCODE_WARNING),
+             errmsg("the response body of idempotency key \"%s\" is not stored",
+                    key_for_message(key.key)),
+             errdetail("The response is %lld bytes; idempotency.max_response_bytes is %d bytes. "
+                       "Replays return its status%s, with response_body_omitted set.",
+                       (long long)response.size, settings::max_response_bytes,
+                       response.headers ? " and headers" : ""),
+             errhidestmt(true)));
 }
 
 } // namespace
@@ -619,71 +578,114 @@ IDEMPOTENCY_FUNCTION(idempotency_begin)
     args.key = key_args(fcinfo);
     args.request = required_arg(fcinfo, 2, "request");
     args.ttl = ttl_arg(fcinfo, 3);
-    args.lease = lease_arg(fcinfo, 4);
-    args.wait_us = interval_span_us(interval_arg(fcinfo, 5, "wait",
-                                                 int64(settings::default_wait_ms) * 1000, true,
-                                                 max_wait_us, "between 0 and 1 hour"));
+    Interval *lease = optional_lease_arg(fcinfo, 4);
+    args.lease_given = lease != nullptr;
+    args.lease = args.lease_given ? lease : default_lease();
+    args.wait_us = wait_arg_us(fcinfo, 5);
+    args.has_claim_data = has_arg(fcinfo, 6);
+    args.claim_data = args.has_claim_data ? PG_GETARG_DATUM(6) : (Datum)0;
+    check_stored_size(argument_bytes(fcinfo, 6), "claim_data", args.key);
+    args.take_over_mismatch = has_arg(fcinfo, 7) && PG_GETARG_BOOL(7);
     require_writable("idempotency_begin");
 
-    Relations rels = store::open_relations(RowExclusiveLock);
-    BeginAnswer result = begin(rels, args);
-    store::close_relations(rels);
+    Storage storage = store::open(RowExclusiveLock);
+    if (args.has_claim_data)
+        require_column(storage, store::col_claim_data, "claim_data");
+    args.key = store::stored_key(storage, args.key);
+    BeginAnswer result = begin(storage, args);
+    store::close(storage);
+    if (result.outcome == Outcome::claimed)
+        idempotency::claims::note_claim(args.key, args.lease_given);
     return begin_result(fcinfo, result);
 }
 
 IDEMPOTENCY_FUNCTION(idempotency_complete)
 {
-    KeyArgs key = key_args(fcinfo);
-    int32 status = DatumGetInt32(required_arg(fcinfo, 2, "response_status"));
+    store::Key key = key_args(fcinfo);
+    int32 status = DatumGetInt32(required_arg(fcinfo, complete_status, "response_status"));
     if (status < 100 || status > 599)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("invalid response_status %d", status),
-                        errdetail("An HTTP status code is between 100 and 599.")));
-    check_stored_size(argument_bytes(fcinfo, 3) + argument_bytes(fcinfo, 4), "response", key);
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                 errmsg("invalid response_status %d", status),
+                 errdetail("An HTTP status code is between 100 and 599."), errhidestmt(true)));
+    StoredResponse response = response_to_store(fcinfo);
     int32 attempt = 0;
-    bool has_attempt = optional_int_arg(fcinfo, 5, &attempt);
+    bool has_attempt = optional_int_arg(fcinfo, complete_attempt, &attempt);
+    bool replace = has_arg(fcinfo, complete_replace) && PG_GETARG_BOOL(complete_replace);
     require_writable("idempotency_complete");
 
     bool store_response = status < 500 || settings::store_server_errors;
-    change_held_claim(key, has_attempt, attempt, [&](Record &record) {
-        TimestampTz now = GetCurrentTimestamp();
-        if (store_response)
-        {
+    if (replace && !store_response)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("a response with status %d cannot replace a stored one", status),
+                        errdetail("Server errors are not stored while "
+                                  "idempotency.store_server_errors is off."),
+                        errhidestmt(true)));
+    bool replaced = false;
+    change_held_claim(
+        key, has_attempt, attempt, Settles::yes,
+        [&](const Storage &storage, Record &record) {
+            TimestampTz now = GetCurrentTimestamp();
+            if (!store_response)
+            {
+                // A server error is transient: drop the claim so that a retry runs again.
+                record.set(store::col_lease_expires_at, TimestampTzGetDatum(now));
+                return;
+            }
+            replaced = record.completed();
+            if (has_arg(fcinfo, complete_body_bytes))
+                require_column(storage, store::col_response_body_bytes, "response_body_bytes");
+            if (!response.body && !storage.has(store::col_response_body_omitted))
+                check_stored_size(response.size, "response", key); // 0.1.0 refused it
             record.set(store::col_status, CharGetDatum(store::status_completed));
             record.set(store::col_completed_at, TimestampTzGetDatum(now));
-            record.set(store::col_expires_at,
-                       TimestampTzGetDatum(expiry_after(
-                           now, DatumGetIntervalP(record.values[store::col_ttl]))));
+            store::set_expiry(storage, record,
+                              plus_interval(now, DatumGetIntervalP(record.values[store::col_ttl])));
             record.set_null(store::col_lease_expires_at);
             record.set(store::col_response_status, Int32GetDatum(status));
-            set_optional(record, store::col_response_body, fcinfo, 3);
-            set_optional(record, store::col_response_headers, fcinfo, 4);
-        }
-        else
-        {
-            // A server error is transient: drop the claim so that a retry runs again.
-            record.set(store::col_lease_expires_at, TimestampTzGetDatum(now));
-        }
-    });
-    idempotency::stats::add(store_response ? idempotency::stats::completes
-                                           : idempotency::stats::server_errors_dropped);
+            record.set_null(store::col_response_body);
+            record.set_null(store::col_response_body_bytes);
+            record.set_null(store::col_response_headers);
+            if (response.body)
+            {
+                set_optional(record, store::col_response_body, fcinfo, complete_body);
+                set_optional(record, store::col_response_body_bytes, fcinfo, complete_body_bytes);
+            }
+            if (response.headers)
+                set_optional(record, store::col_response_headers, fcinfo, complete_headers);
+            record.set(store::col_response_body_omitted, BoolGetDatum(!response.body));
+        },
+        replace ? Completed::replace : Completed::refuse);
+    if (store_response && !response.body)
+        warn_omitted(key, response);
+    namespace stats = idempotency::stats;
+    stats::add(!store_response ? stats::server_errors_dropped
+               : replaced      ? stats::responses_replaced
+                               : stats::completes);
+    if (store_response && !response.body)
+        stats::add(stats::responses_omitted);
     PG_RETURN_BOOL(store_response);
 }
 
 IDEMPOTENCY_FUNCTION(idempotency_checkpoint)
 {
-    KeyArgs key = key_args(fcinfo);
+    store::Key key = key_args(fcinfo);
     check_stored_size(argument_bytes(fcinfo, 2), "recovery_point", key);
-    Interval *lease = lease_arg(fcinfo, 3);
+    Interval *lease = optional_lease_arg(fcinfo, 3);
     int32 attempt = 0;
     bool has_attempt = optional_int_arg(fcinfo, 4, &attempt);
     require_writable("idempotency_checkpoint");
 
     TimestampTz lease_end;
-    change_held_claim(key, has_attempt, attempt, [&](Record &record) {
+    change_held_claim(key, has_attempt, attempt, Settles::no, [&](const Storage &, Record &record) {
+        // Without a lease, the claim's own lease length, as begin set it.
+        if (lease == nullptr)
+            lease = record.nulls[store::col_lease]
+                        ? default_lease()
+                        : DatumGetIntervalP(record.values[store::col_lease]);
         lease_end = plus_interval(GetCurrentTimestamp(), lease);
         // A NULL recovery point is a plain heartbeat: the last one is kept.
-        if (!PG_ARGISNULL(2))
+        if (has_arg(fcinfo, 2))
             record.set(store::col_recovery_point, PG_GETARG_DATUM(2));
         record.set(store::col_lease_expires_at, TimestampTzGetDatum(lease_end));
     });
@@ -693,143 +695,51 @@ IDEMPOTENCY_FUNCTION(idempotency_checkpoint)
 
 IDEMPOTENCY_FUNCTION(idempotency_release)
 {
-    KeyArgs key = key_args(fcinfo);
+    store::Key key = key_args(fcinfo);
     int32 attempt = 0;
     bool has_attempt = optional_int_arg(fcinfo, 2, &attempt);
     require_writable("idempotency_release");
 
-    change_held_claim(key, has_attempt, attempt, [](Record &record) {
+    change_held_claim(key, has_attempt, attempt, Settles::yes, [](const Storage &, Record &record) {
         record.set(store::col_lease_expires_at, TimestampTzGetDatum(GetCurrentTimestamp()));
     });
     idempotency::stats::add(idempotency::stats::releases);
     PG_RETURN_VOID();
 }
 
-// ---------------------------------------------------------------------------
-// idempotency_lookup
-// ---------------------------------------------------------------------------
-
-namespace
+// Deletes the key's record: a completed one, or an unfinished claim.  An
+// unfinished claim of another transaction is fenced like a completion: only
+// with its attempt, so that a caller never undoes a successor's claim.
+// Returns whether there was a live record to delete.
+IDEMPOTENCY_FUNCTION(idempotency_forget)
 {
+    store::Key key = key_args(fcinfo);
+    int32 attempt = 0;
+    bool has_attempt = optional_int_arg(fcinfo, 2, &attempt);
+    require_writable("idempotency_forget");
 
-enum LookupColumn
-{
-    look_status,
-    look_request,
-    look_attempt,
-    look_response_status,
-    look_response_body,
-    look_response_headers,
-    look_recovery_point,
-    look_created_at,
-    look_lease_expires_at,
-    look_completed_at,
-    look_expires_at,
-    lookup_column_count
-};
-
-HeapTuple lookup_tuple(TupleDesc desc, const Record &record)
-{
-    constexpr store::Column sources[lookup_column_count] = {
-        store::col_status,           store::col_request,        store::col_attempt,
-        store::col_response_status,  store::col_response_body,  store::col_response_headers,
-        store::col_recovery_point,   store::col_created_at,     store::col_lease_expires_at,
-        store::col_completed_at,     store::col_expires_at};
-    Datum values[lookup_column_count];
-    bool nulls[lookup_column_count];
-    for (int i = 0; i < lookup_column_count; i++)
+    Storage storage = store::open(RowExclusiveLock);
+    key = store::stored_key(storage, key);
+    HeldClaim claim = current_record(storage, key);
+    const Record &record = claim.record;
+    bool forgotten = is_live(record);
+    if (forgotten)
     {
-        values[i] = record.values[sources[i]];
-        nulls[i] = record.nulls[sources[i]];
+        check_attempt(record, key, has_attempt, attempt);
+        if (!record.completed() && record.writer != Writer::self && !has_attempt)
+            ereport(ERROR, (errcode(ERRCODE_OBJECT_IN_USE),
+                            errmsg("idempotency key \"%s\" is claimed and not completed",
+                                   key_for_message(key.key)),
+                            errhint("Pass attempt => the claim's attempt to forget it; "
+                                    "idempotency_lookup() shows it."),
+                            errhidestmt(true)));
+        store::delete_record(storage, record);
     }
-    values[look_status] = CStringGetTextDatum(record.completed() ? "completed" : "in_progress");
-    return heap_form_tuple(desc, values, nulls);
-}
-
-} // namespace
-
-IDEMPOTENCY_FUNCTION(idempotency_lookup)
-{
-    FuncCallContext *call;
-    if (SRF_IS_FIRSTCALL())
-    {
-        call = SRF_FIRSTCALL_INIT();
-        MemoryContext old = MemoryContextSwitchTo(call->multi_call_memory_ctx);
-        KeyArgs key = key_args(fcinfo);
-        TupleDesc desc;
-        if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
-            elog(ERROR, "idempotency_lookup must return a composite type");
-        desc = BlessTupleDesc(desc);
-        Relations rels = store::open_relations(AccessShareLock);
-        Snapshot snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
-        Record record = store::read_visible(rels, key.scope, key.key, snapshot);
-        store::close_relations(rels);
-        call->user_fctx = record.found && !record.expired(GetCurrentTimestamp())
-                              ? lookup_tuple(desc, record)
-                              : nullptr;
-        MemoryContextSwitchTo(old);
-    }
-    call = SRF_PERCALL_SETUP();
-    if (call->user_fctx)
-    {
-        HeapTuple tuple = static_cast<HeapTuple>(call->user_fctx);
-        call->user_fctx = nullptr;
-        SRF_RETURN_NEXT(call, HeapTupleGetDatum(tuple));
-    }
-    SRF_RETURN_DONE(call);
-}
-
-// ---------------------------------------------------------------------------
-// Expiry and statistics
-// ---------------------------------------------------------------------------
-
-IDEMPOTENCY_FUNCTION(idempotency_expire)
-{
-    int64 max_rows = PG_ARGISNULL(0) ? -1 : PG_GETARG_INT64(0);
-    if (!PG_ARGISNULL(0) && max_rows < 0)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("invalid max_rows %lld", (long long)max_rows),
-                        errdetail("max_rows must be zero or more, or NULL for no limit.")));
-    require_writable("idempotency_expire");
-    Relations rels = store::open_relations(RowExclusiveLock);
-    int64 deleted = store::expire(rels, GetCurrentTimestamp(), max_rows);
-    store::close_relations(rels);
-    idempotency::stats::add(idempotency::stats::keys_expired, uint64(deleted));
-    PG_RETURN_INT64(deleted);
-}
-
-IDEMPOTENCY_FUNCTION(idempotency_stats)
-{
-    namespace stats = idempotency::stats;
-    TupleDesc desc;
-    if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
-        elog(ERROR, "idempotency_stats must return a composite type");
-    desc = BlessTupleDesc(desc);
-    // Result columns: preloaded, then the counters in stats::Counter order
-    // (wait_time as an interval), then the sweep and error fields.
-    constexpr int column_count = 1 + stats::counter_count + 4;
-    Datum values[column_count];
-    bool nulls[column_count];
-    for (int i = 0; i < column_count; i++)
-        nulls[i] = !stats::available();
-    values[0] = BoolGetDatum(stats::available());
-    nulls[0] = false;
-    if (stats::available())
-    {
-        stats::Snapshot snapshot = stats::read();
-        for (int i = 0; i < stats::counter_count; i++)
-            values[1 + i] = Int64GetDatum(int64(snapshot.counters[i]));
-        values[1 + stats::wait_time_us] = IntervalPGetDatum(
-            interval_from_us(int64(snapshot.counters[stats::wait_time_us])));
-        int last = 1 + stats::counter_count;
-        values[last] = TimestampTzGetDatum(snapshot.last_sweep_at);
-        nulls[last] = snapshot.last_sweep_at == DT_NOBEGIN;
-        values[last + 1] = IntervalPGetDatum(interval_from_us(snapshot.last_sweep_us));
-        nulls[last + 1] = nulls[last];
-        values[last + 2] = CStringGetTextDatum(snapshot.last_error);
-        nulls[last + 2] = snapshot.last_error_at == DT_NOBEGIN;
-        values[last + 3] = TimestampTzGetDatum(snapshot.last_error_at);
-        nulls[last + 3] = nulls[last + 2];
-    }
-    return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
+    if (claim.locked)
+        store::unlock_key(key);
+    store::close(storage);
+    idempotency::claims::note_settled(key);
+    if (forgotten)
+        idempotency::stats::add(idempotency::stats::forgets);
+    PG_RETURN_BOOL(forgotten);
 }

@@ -2,6 +2,11 @@
 
 #include <stdexcept>
 
+extern "C"
+{
+#include "mb/pg_wchar.h"
+}
+
 namespace idempotency
 {
 
@@ -28,6 +33,19 @@ void report_exception(const CaughtException &caught)
                     errdetail("The error was raised as a C++ exception inside the idempotency "
                               "extension and converted at its error boundary.")));
     pg_unreachable();
+}
+
+char *key_for_message(Datum key)
+{
+    constexpr int shown_bytes = 32;
+    const text *t = DatumGetTextPP(key);
+    int length = VARSIZE_ANY_EXHDR(t);
+    int clip = pg_mbcliplen(VARDATA_ANY(t), length, shown_bytes);
+    char *shown = psprintf("%.*s%s", clip, VARDATA_ANY(t), clip < length ? "..." : "");
+    for (char *c = shown; *c != '\0'; c++)
+        if (static_cast<unsigned char>(*c) < 0x20 || *c == 0x7f)
+            *c = '?';
+    return shown;
 }
 
 } // namespace idempotency

@@ -41,6 +41,12 @@ extern int injected_fault;
 
 void capture_exception(CaughtException &caught, int sqlerrcode, const char *message) noexcept;
 
+// A key or scope (text) as a message may show it: its first 32 bytes at
+// most, cut at a character boundary and followed by "..." when longer, with
+// control characters shown as '?' so that a key cannot forge a line of a
+// plain-text log.  Messages never show more of a request.
+char *key_for_message(Datum key);
+
 // Reports a captured exception as a PostgreSQL ERROR; does not return.
 [[noreturn]] void report_exception(const CaughtException &caught);
 
@@ -76,7 +82,7 @@ template <typename Body> inline auto guarded(Body &&body) -> decltype(body())
     static Datum name##_body(FunctionCallInfo fcinfo);                                             \
     extern "C"                                                                                     \
     {                                                                                              \
-        PG_FUNCTION_INFO_V1(name);                                                                 \
+    PG_FUNCTION_INFO_V1(name);                                                                     \
     }                                                                                              \
     extern "C" Datum name(PG_FUNCTION_ARGS)                                                        \
     {                                                                                              \

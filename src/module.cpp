@@ -22,7 +22,7 @@ namespace idempotency::settings
 int default_ttl_s = 24 * 3600;
 int default_lease_ms = 60 * 1000;
 int default_wait_ms = 0;
-int max_key_length = 255;
+int max_key_length = 1024;
 int max_response_bytes = 1024 * 1024;
 bool store_server_errors = false;
 int tenant_isolation = tenant_isolation_off;
@@ -48,17 +48,19 @@ static void define()
         &default_ttl_s, default_ttl_s, 1, max_duration_s, PGC_USERSET, GUC_UNIT_S, nullptr, nullptr,
         nullptr);
     DefineCustomIntVariable(
-        "idempotency.default_lease", "How long a committed claim is protected when no lease is given.",
+        "idempotency.default_lease",
+        "How long a committed claim is protected when no lease is given.",
         "After the lease ends, the next idempotency_begin takes the claim over with attempt + 1.",
         &default_lease_ms, default_lease_ms, 1, INT_MAX, PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr,
         nullptr);
     DefineCustomIntVariable(
-        "idempotency.default_wait", "How long idempotency_begin waits for a busy key when no wait is given.",
+        "idempotency.default_wait",
+        "How long idempotency_begin waits for a busy key when no wait is given.",
         "0 answers in_progress at once.", &default_wait_ms, default_wait_ms, 0, 3600 * 1000,
         PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr, nullptr);
-    DefineCustomIntVariable("idempotency.max_key_length", "Longest accepted key, in bytes.", nullptr,
-                            &max_key_length, max_key_length, 1, max_key_length_limit, PGC_SUSET, 0, nullptr,
-                            nullptr, nullptr);
+    DefineCustomIntVariable("idempotency.max_key_length", "Longest accepted key, in bytes.",
+                            nullptr, &max_key_length, max_key_length, 1, max_key_length_limit,
+                            PGC_SUSET, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable(
         "idempotency.max_response_bytes",
         "Largest accepted response: the jsonb sizes of body and headers added up.", nullptr,

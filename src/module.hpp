@@ -16,11 +16,11 @@ constexpr int max_duration_s = 3650 * 24 * 3600;
 // bytes; two maximal values must fit.
 constexpr int max_key_length_limit = 1024;
 
-extern int default_ttl_s;       // idempotency.default_ttl
-extern int default_lease_ms;    // idempotency.default_lease
-extern int default_wait_ms;     // idempotency.default_wait
-extern int max_key_length;      // idempotency.max_key_length (bytes)
-extern int max_response_bytes;  // idempotency.max_response_bytes
+extern int default_ttl_s;        // idempotency.default_ttl
+extern int default_lease_ms;     // idempotency.default_lease
+extern int default_wait_ms;      // idempotency.default_wait
+extern int max_key_length;       // idempotency.max_key_length (bytes)
+extern int max_response_bytes;   // idempotency.max_response_bytes
 extern bool store_server_errors; // idempotency.store_server_errors
 extern int tenant_isolation;     // idempotency.tenant_isolation: tenant_isolation_*
 extern bool worker_enabled;      // idempotency.worker_enabled

@@ -85,7 +85,8 @@ RequestHash *wrap_digest(const char *data, int size, int sqlerrcode)
     if (size != static_cast<int>(request_hash_size))
         ereport(ERROR, (errcode(sqlerrcode), errmsg("invalid request_hash length: %d bytes", size),
                         errdetail("A request_hash is a SHA-256 digest of exactly %d bytes.",
-                                  static_cast<int>(request_hash_size))));
+                                  static_cast<int>(request_hash_size)),
+                        errhidestmt(true)));
     RequestHash *hash = palloc_request_hash();
     memcpy(hash->bytes, data, request_hash_size);
     return hash;
@@ -138,7 +139,8 @@ void append_framed_parts(StringInfo out, ArrayType *parts)
                 (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                  errmsg("cannot hash a %d-dimensional array of request parts", ARR_NDIM(parts)),
                  errdetail("Request parts are given as separate arguments or as a "
-                           "one-dimensional text array.")));
+                           "one-dimensional text array."),
+                 errhidestmt(true)));
     Datum *elements;
     bool *nulls;
     int count;
@@ -182,9 +184,9 @@ void append_jsonb_scalar(canonical::ByteSink sink, const JsonbValue *value)
         }
         default:
             // The iterator descends into containers, so only scalars arrive.
-            ereport(ERROR,
-                    (errcode(ERRCODE_INTERNAL_ERROR),
-                     errmsg("unexpected jsonb value type %d", static_cast<int>(value->type))));
+            ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                            errmsg("unexpected jsonb value type %d", static_cast<int>(value->type)),
+                            errhidestmt(true)));
     }
 }
 
@@ -273,6 +275,30 @@ IDEMPOTENCY_FUNCTION(request_hash_recv)
 IDEMPOTENCY_FUNCTION(request_hash_send)
 {
     PG_RETURN_BYTEA_P(digest_as_bytea(request_hash_arg(fcinfo, 0)));
+}
+
+// An argument of type unknown: a bare literal, or a parameter a driver sent
+// without a type.  PostgreSQL would otherwise resolve it to
+// request_hash(text), which hashes a JSON body by its spelling, so that a
+// retry spelled differently answers mismatch.  64 hex digits are a digest,
+// as the type's own literal form reads them; anything else is refused, and
+// neither the message nor the logged statement shows it (it may be a body).
+IDEMPOTENCY_FUNCTION(request_hash_from_unknown)
+{
+    const char *str = PG_GETARG_CSTRING(0);
+    RequestHash *hash = palloc_request_hash();
+    if (!canonical::parse_hex(str, hash->bytes))
+        ereport(ERROR,
+                (errcode(ERRCODE_INDETERMINATE_DATATYPE),
+                 errmsg("request_hash() needs an argument of a known type"),
+                 errdetail("An argument of unknown type is read as a digest of %d hexadecimal "
+                           "digits, and this one is not.",
+                           static_cast<int>(hex_length)),
+                 errhint("Give the argument a type: request_hash($1::jsonb) or "
+                         "request_hash_jsonb($1) for a JSON body, ::text or ::bytea to hash its "
+                         "bytes."),
+                 errhidestmt(true)));
+    PG_RETURN_POINTER(hash);
 }
 
 IDEMPOTENCY_FUNCTION(request_hash_from_bytea)

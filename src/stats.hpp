@@ -21,8 +21,11 @@ enum Counter
     wait_time_us,
     completes,
     server_errors_dropped,
+    responses_omitted,
+    responses_replaced,
     checkpoints,
     releases,
+    forgets,
     keys_expired,
     sweeps,
     counter_count
@@ -37,9 +40,9 @@ void add(Counter counter, uint64 amount = 1);
 struct Snapshot
 {
     uint64 counters[counter_count];
-    TimestampTz last_sweep_at;     // DT_NOBEGIN: none yet
+    TimestampTz last_sweep_at; // DT_NOBEGIN: none yet
     int64 last_sweep_us;
-    TimestampTz last_error_at;     // DT_NOBEGIN: none yet
+    TimestampTz last_error_at; // DT_NOBEGIN: none yet
     char last_error[256];
 };
 Snapshot read();

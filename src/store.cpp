@@ -1,5 +1,7 @@
-// Storage of idempotency keys: see store.hpp for the concurrency scheme.
+// Storage of idempotency keys: see store.hpp for the concurrency scheme and
+// the caches.
 #include "store.hpp"
+#include "compat.hpp"
 
 extern "C"
 {
@@ -9,25 +11,30 @@ extern "C"
 #include "access/skey.h"
 #include "access/table.h"
 #include "access/xact.h"
-#include "catalog/index.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am_d.h"
 #include "catalog/pg_collation_d.h"
+#include "commands/trigger.h"
 #include "common/hashfn.h"
+#include "executor/executor.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
+#include "nodes/makefuncs.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
-#include "storage/proc.h"
-#include "utils/resowner.h"
+#include "storage/sinval.h"
+#include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/fmgrprotos.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
-#include "utils/inval.h"
 #include "utils/rel.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 }
 
 namespace idempotency::store
@@ -38,130 +45,287 @@ namespace idempotency::store
 // pg_locks they show as locktype 'advisory' with objsubid 18756.
 constexpr uint16 key_lock_tag = 0x4944;
 
-// The storage's OIDs, looked up once per backend.  Any relcache invalidation
-// of one of them (DROP EXTENSION, or merely a change of its pg_class row)
-// forgets them, and taking a lock processes pending invalidations, so a
-// stale OID is noticed right after locking it.
-struct StorageOids
-{
-    Oid heap;
-    Oid pkey;
-    Oid expiry;
-};
-static StorageOids storage_oids = {InvalidOid, InvalidOid, InvalidOid};
+// ---------------------------------------------------------------------------
+// Finding and locking the storage
+// ---------------------------------------------------------------------------
 
-static void forget_storage_oids(Datum, Oid relid)
+// The OID of idempotency.keys; see "Backend-local caches" in store.hpp.
+static Oid heap_oid_cache = InvalidOid;
+
+static void forget_heap_oid(Datum, Oid relid)
 {
-    if (relid == InvalidOid || relid == storage_oids.heap || relid == storage_oids.pkey ||
-        relid == storage_oids.expiry)
-        storage_oids = {InvalidOid, InvalidOid, InvalidOid};
+    if (relid == InvalidOid || relid == heap_oid_cache)
+        heap_oid_cache = InvalidOid;
 }
 
-static Oid index_relid(Oid namespace_oid, const char *name)
+// The table by name, without a privilege check on the private schema:
+// EXECUTE on the functions is the gate.
+static Oid look_up_heap()
 {
-    Oid relid = get_relname_relid(name, namespace_oid);
-    if (!OidIsValid(relid))
-        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
-                        errmsg("index \"idempotency.%s\" does not exist", name),
-                        errhint("The extension's storage was changed by hand; reinstall the "
-                                "extension.")));
-    return relid;
+    Oid namespace_oid = get_namespace_oid("idempotency", true);
+    return OidIsValid(namespace_oid) ? get_relname_relid("keys", namespace_oid) : InvalidOid;
 }
 
-// Looks the storage up by name, without a privilege check on the private
-// schema: EXECUTE on the functions is the gate.
-static bool look_up_storage()
+// Finds and locks idempotency.keys.  The lock is held to the end of the
+// transaction, as for any table a statement reads or writes: DDL such as
+// DROP EXTENSION then waits for transactions that used the storage instead
+// of pulling it from under their uncommitted rows.
+static Oid lock_heap(LOCKMODE lockmode, bool skip_if_busy)
 {
     static bool callback_registered = false;
     if (!callback_registered)
     {
-        CacheRegisterRelcacheCallback(forget_storage_oids, (Datum)0);
+        CacheRegisterRelcacheCallback(forget_heap_oid, (Datum)0);
         callback_registered = true;
     }
-    Oid namespace_oid = get_namespace_oid("idempotency", true);
-    Oid heap = OidIsValid(namespace_oid) ? get_relname_relid("keys", namespace_oid) : InvalidOid;
-    if (!OidIsValid(heap))
-        return false;
-    storage_oids = {heap, index_relid(namespace_oid, "keys_pkey"),
-                    index_relid(namespace_oid, "keys_expires_at_idx")};
-    return true;
-}
-
-// Finds and locks idempotency.keys and its primary key.  The lock is held to
-// the end of the transaction, as for any table a statement reads or writes:
-// DDL such as DROP EXTENSION then waits for transactions that used the
-// storage instead of pulling it from under their uncommitted rows.
-static bool open_storage(Relations *rels, LOCKMODE lockmode, bool skip_if_busy)
-{
     for (;;)
     {
-        if (!OidIsValid(storage_oids.heap) && !look_up_storage())
-            return false;
-        Oid heap = storage_oids.heap;
+        uint64 invalidations = SharedInvalidMessageCounter;
+        Oid heap = heap_oid_cache;
+        if (!OidIsValid(heap) && !OidIsValid(heap = look_up_heap()))
+            return InvalidOid;
         if (skip_if_busy)
         {
             if (!ConditionalLockRelationOid(heap, lockmode))
-                return false;
+                return InvalidOid;
         }
         else
             LockRelationOid(heap, lockmode);
-        if (storage_oids.heap == heap)
-            break;
-        // The lock brought an invalidation: the OID may be stale.  Look again.
+        // Locking processed pending invalidations.  If any arrived since the
+        // OID was read, the name may stand for another relation by now.
+        if (invalidations == SharedInvalidMessageCounter || look_up_heap() == heap)
+        {
+            heap_oid_cache = heap;
+            return heap;
+        }
         UnlockRelationOid(heap, lockmode);
+        heap_oid_cache = InvalidOid;
     }
-    rels->lockmode = lockmode;
-    rels->heap = table_open(storage_oids.heap, NoLock);
-    if (RelationGetDescr(rels->heap)->natts != column_count)
-        ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
-                        errmsg("table \"idempotency.keys\" has %d columns, expected %d",
-                               RelationGetDescr(rels->heap)->natts, (int)column_count),
-                        errhint("The extension's storage was changed by hand; reinstall the "
-                                "extension.")));
-    rels->pkey = index_open(storage_oids.pkey, lockmode);
-    rels->expiry_oid = storage_oids.expiry;
-    rels->expiry = nullptr;
+}
+
+[[noreturn]] static void report_changed_storage(const char *problem)
+{
+    ereport(ERROR,
+            (errcode(ERRCODE_DATA_CORRUPTED), errmsg("table \"idempotency.keys\" %s", problem),
+             errhint("The extension's storage was changed by hand; reinstall the "
+                     "extension.")));
+}
+
+// Opens and locks the primary key.  Its OID comes from the table's relcache
+// entry, and locking the index may process invalidations that change it (a
+// REINDEX CONCURRENTLY swapping in its new index), so it is checked again
+// after the lock.
+static Relation open_primary_key(Relation heap, LOCKMODE lockmode)
+{
+    for (;;)
+    {
+        Oid pkey_oid = compat::primary_key_index(heap);
+        if (!OidIsValid(pkey_oid))
+            report_changed_storage("has no primary key");
+        Relation pkey = index_open(pkey_oid, lockmode);
+        if (compat::primary_key_index(heap) == pkey_oid)
+            return pkey;
+        index_close(pkey, lockmode);
+    }
+}
+
+// The layout of the table: that of this version or of 0.1.0 (see
+// columns_0_1_0), with a primary key on (tenant, scope, key) or (scope, key).
+static int table_columns(const Storage &storage)
+{
+    int columns = RelationGetDescr(storage.heap)->natts;
+    if (columns != column_count && columns != columns_0_1_0)
+        report_changed_storage(psprintf("has %d columns, expected %d", columns, (int)column_count));
+    int key_columns = IndexRelationGetNumberOfKeyAttributes(storage.pkey);
+    if (key_columns != (columns > col_tenant ? 3 : 2))
+        report_changed_storage(psprintf("has a primary key of %d columns", key_columns));
+    return columns;
+}
+
+static bool open_storage(Storage *storage, LOCKMODE lockmode, bool skip_if_busy)
+{
+    Oid heap_oid = lock_heap(lockmode, skip_if_busy);
+    if (!OidIsValid(heap_oid))
+        return false;
+    storage->heap = table_open(heap_oid, NoLock);
+    storage->pkey = open_primary_key(storage->heap, lockmode);
+    storage->columns = table_columns(*storage);
+    storage->lockmode = lockmode;
+    storage->writes = nullptr;
     return true;
 }
 
-Relations open_relations(LOCKMODE lockmode)
+Storage open(LOCKMODE lockmode)
 {
-    Relations rels;
-    if (!open_storage(&rels, lockmode, false))
+    Storage storage;
+    if (!open_storage(&storage, lockmode, false))
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                         errmsg("relation \"idempotency.keys\" does not exist"),
                         errhint("Run CREATE EXTENSION idempotency in this database.")));
-    return rels;
+    return storage;
 }
 
-bool try_open_relations(Relations *rels, LOCKMODE lockmode)
+bool try_open(Storage *storage, LOCKMODE lockmode)
 {
-    return open_storage(rels, lockmode, true);
+    return open_storage(storage, lockmode, true);
 }
 
-// The expiry index is needed only to write or to expire, not to replay.
-static Relation expiry_index(Relations &rels)
+Key stored_key(const Storage &storage, const Key &key)
 {
-    if (rels.expiry == nullptr)
-        rels.expiry = index_open(rels.expiry_oid, rels.lockmode);
-    return rels.expiry;
+    if (storage.has(col_tenant) || !OidIsValid(key.tenant))
+        return key;
+    const text *scope = DatumGetTextPP(key.scope);
+    Datum prefixed = CStringGetTextDatum(
+        psprintf("%u/%.*s", key.tenant, int(VARSIZE_ANY_EXHDR(scope)), VARDATA_ANY(scope)));
+    return Key{InvalidOid, prefixed, key.key};
 }
 
-void close_relations(const Relations &rels)
+// ---------------------------------------------------------------------------
+// The executor state of writes
+// ---------------------------------------------------------------------------
+
+// What the executor's single-row routines need, set up as the logical
+// replication apply worker sets it up: an EState with a one-entry range
+// table, a ResultRelInfo with every index of the table open, and the AFTER
+// trigger queue of a query of its own, fired by close().
+struct WriteContext
 {
-    if (rels.expiry != nullptr)
-        index_close(rels.expiry, NoLock);
-    index_close(rels.pkey, NoLock);
-    table_close(rels.heap, NoLock);
+    EState *estate;
+    ResultRelInfo *result;
+    EPQState epq;
+    TupleTableSlot *new_version; // the values to write
+    TupleTableSlot *old_version; // only its address: the version to replace
+};
+
+static WriteContext *start_writes(Storage &storage)
+{
+    if (storage.writes != nullptr)
+        return storage.writes;
+    WriteContext *writes = static_cast<WriteContext *>(palloc0(sizeof(WriteContext)));
+    EState *estate = writes->estate = CreateExecutorState();
+    RangeTblEntry *rte = makeNode(RangeTblEntry);
+    rte->rtekind = RTE_RELATION;
+    rte->relid = RelationGetRelid(storage.heap);
+    rte->relkind = storage.heap->rd_rel->relkind;
+    rte->rellockmode = RowExclusiveLock;
+    compat::init_range_table(estate, rte);
+    writes->result = makeNode(ResultRelInfo);
+    InitResultRelInfo(writes->result, storage.heap, 1, nullptr, 0);
+    // As in the apply worker: enough for ExecGetTriggerResultRel to find it.
+    estate->es_opened_result_relations =
+        lappend(estate->es_opened_result_relations, writes->result);
+    estate->es_output_cid = GetCurrentCommandId(true);
+    // Every index the table has now, ready ones to be written: the list and
+    // the readiness come from the relcache entry under our lock.
+    ExecOpenIndices(writes->result, false);
+    compat::init_epq(&writes->epq, estate);
+    TupleDesc desc = RelationGetDescr(storage.heap);
+    writes->new_version = ExecInitExtraTupleSlot(estate, desc, &TTSOpsVirtual);
+    writes->old_version = ExecInitExtraTupleSlot(estate, desc, &TTSOpsVirtual);
+    AfterTriggerBeginQuery();
+    storage.writes = writes;
+    return writes;
 }
 
-// Copies the slot's tuple out of the shared buffer and decodes it.
+static void finish_writes(WriteContext *writes)
+{
+    AfterTriggerEndQuery(writes->estate);
+    EvalPlanQualEnd(&writes->epq);
+    ExecCloseIndices(writes->result);
+    ExecResetTupleTable(writes->estate->es_tupleTable, false);
+    FreeExecutorState(writes->estate);
+    pfree(writes);
+}
+
+void close(Storage &storage)
+{
+    if (storage.writes != nullptr)
+        finish_writes(storage.writes);
+    storage.writes = nullptr;
+    index_close(storage.pkey, NoLock);
+    table_close(storage.heap, NoLock);
+}
+
+// The slot has as many columns as the table (see Storage::columns).
+static TupleTableSlot *store_values(TupleTableSlot *slot, const Record &record)
+{
+    ExecClearTuple(slot);
+    int columns = slot->tts_tupleDescriptor->natts;
+    memcpy(slot->tts_values, record.values, columns * sizeof(Datum));
+    memcpy(slot->tts_isnull, record.nulls, columns * sizeof(bool));
+    ExecStoreVirtualTuple(slot);
+    ItemPointerSetInvalid(&slot->tts_tid);
+    return slot;
+}
+
+static TupleTableSlot *store_address(TupleTableSlot *slot, const ItemPointerData &tid)
+{
+    ExecClearTuple(slot);
+    ExecStoreAllNullTuple(slot);
+    slot->tts_tid = tid;
+    return slot;
+}
+
+// Runs one write of the executor.  Errors of class 23 (a unique or check
+// violation, which a user's index or constraint, or writes that bypass the
+// functions, could cause) carry a DETAIL that prints the whole row -- scope,
+// key, response: it is replaced, and the statement is kept out of the log,
+// as for the extension's own errors.
+template <typename Write> static void run_write(Write write)
+{
+    MemoryContext context = CurrentMemoryContext;
+    PG_TRY();
+    {
+        write();
+    }
+    PG_CATCH();
+    {
+        MemoryContextSwitchTo(context);
+        ErrorData *error = CopyErrorData();
+        if (ERRCODE_TO_CATEGORY(error->sqlerrcode) != ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION)
+            PG_RE_THROW();
+        FlushErrorState();
+        error->detail =
+            pstrdup("The values of the row are not shown: they may contain request data.");
+        error->hide_stmt = true;
+        ReThrowError(error);
+    }
+    PG_END_TRY();
+}
+
+// A BEFORE ROW trigger that returns NULL suppresses the write; the claim or
+// response would then silently not exist.
+static void check_written(const TupleTableSlot *slot)
+{
+    if (!ItemPointerIsValid(&slot->tts_tid))
+        ereport(ERROR, (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+                        errmsg("a trigger on table \"idempotency.keys\" suppressed a write"),
+                        errhint("Drop BEFORE ROW triggers on the extension's table.")));
+}
+
+// ---------------------------------------------------------------------------
+// Reading
+// ---------------------------------------------------------------------------
+
+// Copies the slot's tuple out of the shared buffer and decodes it; columns
+// an older table lacks are NULL.
 static void decode_version(TupleTableSlot *slot, Record &record)
 {
     HeapTuple copy = ExecCopySlotHeapTuple(slot);
     heap_deform_tuple(copy, slot->tts_tupleDescriptor, record.values, record.nulls);
+    for (int column = slot->tts_tupleDescriptor->natts; column < column_count; column++)
+        record.set_null(Column(column));
     record.tid = copy->t_self;
     record.found = true;
+    // The table has no CHECK constraints (they cost every write; see the
+    // install script): a version this library did not write is refused here.
+    if ((record.status() != status_in_progress && record.status() != status_completed) ||
+        record.attempt() <= 0)
+        ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+                        errmsg("a record in table \"idempotency.keys\" has an invalid status or "
+                               "attempt"),
+                        errhint("A row of the extension's storage was changed by hand; correct "
+                                "or delete it.")));
 }
 
 static Record not_found()
@@ -173,43 +337,58 @@ static Record not_found()
     return record;
 }
 
-// Decodes the version in `slot`, which satisfied the dirty `snapshot`, unless
-// another transaction is replacing or deleting it (then false).
-// HeapTupleSatisfiesDirty left that transaction in snapshot->xmax, and the
-// inserter still in progress, if any, in snapshot->xmin.
-static bool decode_newest(TupleTableSlot *slot, Snapshot snapshot, Record &record)
+// Who wrote a version that is not another transaction's in progress.
+static Writer committed_or_self(TupleTableSlot *slot)
 {
-    if (TransactionIdIsValid(snapshot->xmax))
-        return false;
+    bool should_free;
+    HeapTuple tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
+    return TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data))
+               ? Writer::self
+               : Writer::committed;
+}
+
+// Decodes the version in `slot`, which satisfied the dirty `snapshot`:
+// HeapTupleSatisfiesDirty left the inserter still in progress, if any, in
+// snapshot->xmin.  The caller has made sure no transaction is deleting or
+// replacing it (snapshot->xmax).
+static void decode_newest(TupleTableSlot *slot, Snapshot snapshot, Record &record)
+{
     decode_version(slot, record);
     if (TransactionIdIsValid(snapshot->xmin))
     {
         record.writer = Writer::other;
         record.writer_xid = snapshot->xmin;
-        return true;
+        return;
     }
-    bool should_free;
-    HeapTuple tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
-    record.writer = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data))
-                        ? Writer::self
-                        : Writer::committed;
-    return true;
+    record.writer = committed_or_self(slot);
 }
 
 // Scans the primary key for (scope, key).  With a dirty snapshot an index scan
 // returns every version that is committed-live or touched by a transaction in
-// progress (including each member of a HOT chain); the newest is the one no
-// other transaction is deleting or replacing.
-static Record scan_key(const Relations &rels, Datum scope, Datum key, Snapshot snapshot)
+// progress (including each member of a HOT chain).  The newest is the one no
+// other transaction is deleting or replacing; a replacement comes later in
+// the scan, and when none does, the version is being deleted (or its
+// replacement is not indexed yet): the key is then held by that transaction.
+static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot)
 {
     Record record = not_found();
-    ScanKeyData keys[2];
-    // ScanKeyInit compares with the "C" collation, which the key columns use.
-    ScanKeyInit(&keys[0], col_scope + 1, BTEqualStrategyNumber, F_TEXTEQ, scope);
-    ScanKeyInit(&keys[1], col_key + 1, BTEqualStrategyNumber, F_TEXTEQ, key);
-    IndexScanDesc scan = index_beginscan(rels.heap, rels.pkey, snapshot, 2, 0);
-    index_rescan(scan, keys, 2, nullptr, 0);
-    TupleTableSlot *slot = table_slot_create(rels.heap, nullptr);
+    // By index column: (tenant, scope, key), or (scope, key) before 0.2.0.
+    // ScanKeyInit compares with the "C" collation, which the text columns use.
+    ScanKeyData keys[3];
+    int count = 0;
+    if (storage.has(col_tenant))
+    {
+        ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_OIDEQ,
+                    ObjectIdGetDatum(key.tenant));
+        count++;
+    }
+    ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_TEXTEQ, key.scope);
+    count++;
+    ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_TEXTEQ, key.key);
+    count++;
+    IndexScanDesc scan = index_beginscan(storage.heap, storage.pkey, snapshot, count, 0);
+    index_rescan(scan, keys, count, nullptr, 0);
+    TupleTableSlot *slot = table_slot_create(storage.heap, nullptr);
     const bool dirty = snapshot->snapshot_type == SNAPSHOT_DIRTY;
 
     while (index_getnext_slot(scan, ForwardScanDirection, slot))
@@ -217,37 +396,43 @@ static Record scan_key(const Relations &rels, Datum scope, Datum key, Snapshot s
         if (!dirty)
         {
             decode_version(slot, record);
+            record.writer = committed_or_self(slot);
             break;
         }
-        if (decode_newest(slot, snapshot, record))
-            break;
+        if (TransactionIdIsValid(snapshot->xmax))
+        {
+            record.writer = Writer::other;
+            record.writer_xid = snapshot->xmax;
+            continue;
+        }
+        decode_newest(slot, snapshot, record);
+        break;
     }
     ExecDropSingleTupleTableSlot(slot);
     index_endscan(scan);
     return record;
 }
 
-Record read_latest(const Relations &rels, Datum scope, Datum key)
+Record read_latest(const Storage &storage, const Key &key)
 {
     SnapshotData dirty;
     InitDirtySnapshot(dirty);
-    return scan_key(rels, scope, key, &dirty);
+    return scan_key(storage, key, &dirty);
 }
 
-Record read_visible(const Relations &rels, Datum scope, Datum key, Snapshot snapshot)
+Record read_visible(const Storage &storage, const Key &key, Snapshot snapshot)
 {
-    return scan_key(rels, scope, key, snapshot);
+    return scan_key(storage, key, snapshot);
 }
 
-// The version this backend wrote last, and in which transaction.  complete,
-// checkpoint and release nearly always follow the caller's own begin in the
-// same transaction; fetching that version by its address saves them an index
-// scan.  fetch_own_claim checks that it is still the live version of the key,
-// written by this transaction.  The address stays valid while the
-// transaction lasts: the version cannot be pruned while live, and the table
-// cannot be truncated under the lock the writer took -- unless the writer was
-// a subtransaction that rolled back, which releases its locks, so any
-// rollback to a savepoint forgets the address.
+// The version this backend wrote last, and in which transaction; see
+// "Backend-local caches" in store.hpp.  complete, checkpoint and release
+// nearly always follow the caller's own begin in the same transaction;
+// fetching that version by its address saves them an index scan.  The
+// address stays valid while the transaction lasts: the version cannot be
+// pruned while live, and the table cannot be rewritten or truncated under the
+// lock the writer took -- unless the writer was a subtransaction that rolled
+// back, which releases its locks, so any rollback to a savepoint forgets it.
 struct LastWrite
 {
     Oid heap;
@@ -256,22 +441,13 @@ struct LastWrite
 };
 static LastWrite last_write = {InvalidOid, InvalidLocalTransactionId, {}};
 
-static LocalTransactionId current_lxid()
-{
-#if PG_VERSION_NUM >= 170000
-    return MyProc->vxid.lxid;
-#else
-    return MyProc->lxid;
-#endif
-}
-
 static void forget_last_write(SubXactEvent event, SubTransactionId, SubTransactionId, void *)
 {
     if (event == SUBXACT_EVENT_ABORT_SUB)
         last_write.heap = InvalidOid;
 }
 
-static void remember_write(const Relations &rels, const ItemPointerData &tid)
+static void remember_write(const Storage &storage, const ItemPointerData &tid)
 {
     static bool callback_registered = false;
     if (!callback_registered)
@@ -279,7 +455,7 @@ static void remember_write(const Relations &rels, const ItemPointerData &tid)
         RegisterSubXactCallback(forget_last_write, nullptr);
         callback_registered = true;
     }
-    last_write = {RelationGetRelid(rels.heap), current_lxid(), tid};
+    last_write = {RelationGetRelid(storage.heap), compat::current_lxid(), tid};
 }
 
 // Key columns compare byte-wise, as the primary key does ("C" collation).
@@ -288,87 +464,183 @@ static bool same_text(Datum a, Datum b)
     return DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, a, b));
 }
 
-bool fetch_own_claim(const Relations &rels, Datum scope, Datum key, Record *record)
+// Whether `record` is a version of `key`.
+static bool is_of_key(const Storage &storage, const Record &record, const Key &key)
 {
-    if (last_write.heap != RelationGetRelid(rels.heap) || last_write.lxid != current_lxid())
+    return (!storage.has(col_tenant) ||
+            DatumGetObjectId(record.values[col_tenant]) == key.tenant) &&
+           same_text(record.values[col_scope], key.scope) &&
+           same_text(record.values[col_key], key.key);
+}
+
+bool fetch_own_claim(const Storage &storage, const Key &key, Record *record)
+{
+    if (last_write.heap != RelationGetRelid(storage.heap) ||
+        last_write.lxid != compat::current_lxid())
         return false;
     ItemPointerData tid = last_write.tid;
     // Prune the page first, as an index scan would: completions leave a dead
     // version behind, and pruning it on the page new claims go to keeps the
     // table compact (without it, twice the size).
-    Buffer buffer = ReadBuffer(rels.heap, ItemPointerGetBlockNumber(&tid));
-    heap_page_prune_opt(rels.heap, buffer);
+    Buffer buffer = ReadBuffer(storage.heap, ItemPointerGetBlockNumber(&tid));
+    heap_page_prune_opt(storage.heap, buffer);
     ReleaseBuffer(buffer);
 
     SnapshotData dirty;
     InitDirtySnapshot(dirty);
-    TupleTableSlot *slot = table_slot_create(rels.heap, nullptr);
+    TupleTableSlot *slot = table_slot_create(storage.heap, nullptr);
     *record = not_found();
-    bool hit = table_tuple_fetch_row_version(rels.heap, &tid, &dirty, slot) &&
-               decode_newest(slot, &dirty, *record) && record->writer == Writer::self &&
-               same_text(record->values[col_scope], scope) &&
-               same_text(record->values[col_key], key);
+    bool hit = table_tuple_fetch_row_version(storage.heap, &tid, &dirty, slot) &&
+               !TransactionIdIsValid(dirty.xmax);
+    if (hit)
+    {
+        decode_newest(slot, &dirty, *record);
+        hit = record->writer == Writer::self && is_of_key(storage, *record, key);
+    }
     ExecDropSingleTupleTableSlot(slot);
     return hit;
 }
 
-static void insert_index_entry(Relation index, Relation heap, Datum *values, ItemPointer tid,
-                               IndexUniqueCheck check, bool unchanged)
-{
-    bool nulls[2] = {false, false};
-    index_insert(index, values, nulls, tid, heap, check, unchanged, BuildIndexInfo(index));
-}
+// ---------------------------------------------------------------------------
+// Writing
+// ---------------------------------------------------------------------------
 
-// New index entries for a version that is not heap-only.  The primary key
-// checks uniqueness as a safety net under the key lock.
-static void insert_index_entries(Relations &rels, HeapTuple tuple, const Record &record,
-                                 bool is_update)
+static void written(Storage &storage, Record &record, const TupleTableSlot *slot)
 {
-    Datum pkey_values[2] = {record.values[col_scope], record.values[col_key]};
-    insert_index_entry(rels.pkey, rels.heap, pkey_values, &tuple->t_self, UNIQUE_CHECK_YES,
-                       is_update);
-    Datum expiry_values[1] = {record.values[col_expires_at]};
-    insert_index_entry(expiry_index(rels), rels.heap, expiry_values, &tuple->t_self, UNIQUE_CHECK_NO,
-                       false);
-}
-
-void insert_record(Relations &rels, Record &record)
-{
-    HeapTuple tuple = heap_form_tuple(RelationGetDescr(rels.heap), record.values, record.nulls);
-    heap_insert(rels.heap, tuple, GetCurrentCommandId(true), 0, nullptr);
-    insert_index_entries(rels, tuple, record, false);
-    record.tid = tuple->t_self;
+    check_written(slot);
+    record.tid = slot->tts_tid;
     record.found = true;
     record.writer = Writer::self;
-    remember_write(rels, record.tid);
-    // Lets a later call in the same statement update the row we just wrote.
+    remember_write(storage, record.tid);
+    // Lets a later call in the same statement see and change the row.
     CommandCounterIncrement();
 }
 
-TM_Result update_record(Relations &rels, Record &record)
+void insert_record(Storage &storage, const Key &key, Record &record)
 {
-    HeapTuple tuple = heap_form_tuple(RelationGetDescr(rels.heap), record.values, record.nulls);
-    TM_FailureData failure;
-    LockTupleMode lockmode;
-    TM_Result result = heap_update(rels.heap, &record.tid, tuple, GetCurrentCommandId(true),
-                                   InvalidSnapshot, true, &failure, &lockmode);
-    switch (result)
-    {
-        case TM_Ok:
-            break;
-        case TM_Deleted:
-        case TM_Updated:
-            return result;
-        default:
-            elog(ERROR, "unexpected heap_update result %d on idempotency.keys", (int)result);
-    }
-    if (!HeapTupleIsHeapOnly(tuple))
-        insert_index_entries(rels, tuple, record, true);
-    record.tid = tuple->t_self;
-    record.writer = Writer::self;
-    remember_write(rels, record.tid);
+    record.set(col_tenant, ObjectIdGetDatum(key.tenant));
+    record.set(col_scope, key.scope);
+    record.set(col_key, key.key);
+    WriteContext *writes = start_writes(storage);
+    TupleTableSlot *slot = store_values(writes->new_version, record);
+    run_write([&] { ExecSimpleRelationInsert(writes->result, writes->estate, slot); });
+    written(storage, record, slot);
+}
+
+void update_record(Storage &storage, Record &record)
+{
+    WriteContext *writes = start_writes(storage);
+    TupleTableSlot *old_version = store_address(writes->old_version, record.tid);
+    TupleTableSlot *slot = store_values(writes->new_version, record);
+    run_write([&] {
+        ExecSimpleRelationUpdate(writes->result, writes->estate, &writes->epq, old_version, slot);
+    });
+    written(storage, record, slot);
+}
+
+void delete_record(Storage &storage, const Record &record)
+{
+    WriteContext *writes = start_writes(storage);
+    TupleTableSlot *old_version = store_address(writes->old_version, record.tid);
+    run_write([&] {
+        ExecSimpleRelationDelete(writes->result, writes->estate, &writes->epq, old_version);
+    });
     CommandCounterIncrement();
-    return TM_Ok;
+}
+
+static TimestampTz whole_second_after(TimestampTz t)
+{
+    TimestampTz rest = t % USECS_PER_SEC;
+    return rest == 0 ? t : t + (rest > 0 ? USECS_PER_SEC - rest : -rest);
+}
+
+void set_expiry(const Storage &storage, Record &record, TimestampTz expires_at)
+{
+    if (!storage.has(col_sweep_at))
+    {
+        record.set(col_expires_at, TimestampTzGetDatum(whole_second_after(expires_at)));
+        return;
+    }
+    record.set(col_expires_at, TimestampTzGetDatum(expires_at));
+    bool keep = record.found && !record.nulls[col_sweep_at] &&
+                DatumGetTimestampTz(record.values[col_sweep_at]) >= expires_at &&
+                DatumGetTimestampTz(record.values[col_sweep_at]) < expires_at + 2 * USECS_PER_SEC;
+    if (!keep)
+        record.set(col_sweep_at,
+                   TimestampTzGetDatum(whole_second_after(expires_at) + USECS_PER_SEC));
+}
+
+// ---------------------------------------------------------------------------
+// Listing a scope
+// ---------------------------------------------------------------------------
+
+KeyScan begin_key_scan(const Storage &storage, Oid tenant, Datum scope, Datum after_key,
+                       Snapshot snapshot)
+{
+    ScanKeyData keys[3];
+    int count = 0;
+    if (storage.has(col_tenant))
+    {
+        ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_OIDEQ,
+                    ObjectIdGetDatum(tenant));
+        count++;
+    }
+    ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_TEXTEQ, scope);
+    count++;
+    if (after_key != (Datum)0)
+    {
+        ScanKeyInit(&keys[count], count + 1, BTGreaterStrategyNumber, F_TEXT_GT, after_key);
+        count++;
+    }
+    KeyScan key_scan;
+    key_scan.scan = index_beginscan(storage.heap, storage.pkey, snapshot, count, 0);
+    index_rescan(key_scan.scan, keys, count, nullptr, 0);
+    key_scan.slot = table_slot_create(storage.heap, nullptr);
+    return key_scan;
+}
+
+bool next_key(KeyScan &scan, Record *record)
+{
+    if (!index_getnext_slot(scan.scan, ForwardScanDirection, scan.slot))
+        return false;
+    *record = not_found();
+    decode_version(scan.slot, *record);
+    record->writer = committed_or_self(scan.slot);
+    return true;
+}
+
+void end_key_scan(KeyScan &scan)
+{
+    ExecDropSingleTupleTableSlot(scan.slot);
+    index_endscan(scan.scan);
+}
+
+// ---------------------------------------------------------------------------
+// Expiry
+// ---------------------------------------------------------------------------
+
+// The index that drives expiry: a valid btree on sweep_at alone (expires_at
+// before 0.2.0).  Found among the indexes the write context opened, so that
+// a REINDEX CONCURRENTLY of it changes nothing here.
+static Relation expiry_index(const Storage &storage, const WriteContext *writes)
+{
+    const Column key = storage.has(col_sweep_at) ? col_sweep_at : col_expires_at;
+    const ResultRelInfo *result = writes->result;
+    for (int i = 0; i < result->ri_NumIndices; i++)
+    {
+        Relation index = result->ri_IndexRelationDescs[i];
+        const Form_pg_index form = index->rd_index;
+        if (form->indisvalid && index->rd_rel->relam == BTREE_AM_OID && form->indnatts == 1 &&
+            form->indkey.values[0] == key + 1 &&
+            heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, nullptr) &&
+            heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, nullptr))
+            return index;
+    }
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                    errmsg("table \"idempotency.keys\" has no valid index on %s",
+                           NameStr(TupleDescAttr(RelationGetDescr(storage.heap), key)->attname)),
+                    errhint("REINDEX the extension's expiry index, or reinstall the "
+                            "extension.")));
 }
 
 // Only the fields Record::expired reads, straight from the buffer: the
@@ -381,55 +653,167 @@ static void decode_expiry_fields(TupleTableSlot *slot, Record &record)
     record.tid = slot->tts_tid;
 }
 
-int64 expire(Relations &rels, TimestampTz now, int64 max_rows)
+// One sweep: what it deletes with, and how much it may still delete.
+struct Sweep
+{
+    Storage &storage;
+    WriteContext *writes;
+    TupleTableSlot *slot;  // the version a scan returned
+    TupleTableSlot *check; // the same version, fetched again to check it
+    int64 max_rows;        // < 0: no limit
+    int64 deleted;
+
+    bool has_room() const { return max_rows < 0 || deleted < max_rows; }
+};
+
+// Deletes the version in sweep.slot if nobody is changing its key: the key
+// lock keeps writers away while it looks and deletes, and the version must
+// still be the newest one with no transaction changing it.
+static void delete_if_idle(Sweep &sweep)
+{
+    TupleTableSlot *slot = sweep.slot;
+    bool isnull;
+    Key key = {InvalidOid, slot_getattr(slot, col_scope + 1, &isnull),
+               slot_getattr(slot, col_key + 1, &isnull)};
+    if (sweep.storage.has(col_tenant))
+        key.tenant = DatumGetObjectId(slot_getattr(slot, col_tenant + 1, &isnull));
+    if (!lock_key(key, false))
+        return;
+    SnapshotData dirty;
+    InitDirtySnapshot(dirty);
+    bool idle =
+        table_tuple_fetch_row_version(sweep.storage.heap, &slot->tts_tid, &dirty, sweep.check) &&
+        !TransactionIdIsValid(dirty.xmin) && !TransactionIdIsValid(dirty.xmax);
+    if (idle)
+    {
+        run_write([&] {
+            ExecSimpleRelationDelete(sweep.writes->result, sweep.writes->estate, &sweep.writes->epq,
+                                     sweep.check);
+        });
+        sweep.deleted++;
+    }
+    unlock_key(key);
+}
+
+// Records past their expiry, in expiry order.
+static void delete_expired(Sweep &sweep, TimestampTz now)
 {
     ScanKeyData bound;
     ScanKeyInit(&bound, 1, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
-    IndexScanDesc scan = index_beginscan(rels.heap, expiry_index(rels), GetActiveSnapshot(), 1, 0);
+    IndexScanDesc scan = index_beginscan(
+        sweep.storage.heap, expiry_index(sweep.storage, sweep.writes), GetActiveSnapshot(), 1, 0);
     index_rescan(scan, &bound, 1, nullptr, 0);
-    TupleTableSlot *slot = table_slot_create(rels.heap, nullptr);
-    CommandId command = GetCurrentCommandId(true);
-    int64 deleted = 0;
-    while ((max_rows < 0 || deleted < max_rows) &&
-           index_getnext_slot(scan, ForwardScanDirection, slot))
+    while (sweep.has_room() && index_getnext_slot(scan, ForwardScanDirection, sweep.slot))
     {
         Record record;
-        decode_expiry_fields(slot, record);
-        if (!record.expired(now))
-            continue; // an unfinished claim whose lease still runs
-        TM_FailureData failure;
-        if (heap_delete(rels.heap, &record.tid, command, InvalidSnapshot, false, &failure, false) ==
-            TM_Ok)
-            deleted++;
+        decode_expiry_fields(sweep.slot, record);
+        // An unfinished claim whose lease still runs is not expired.
+        if (record.expired(now))
+            delete_if_idle(sweep);
         CHECK_FOR_INTERRUPTS();
     }
-    ExecDropSingleTupleTableSlot(slot);
     index_endscan(scan);
-    return deleted;
 }
 
-static void key_locktag(LOCKTAG *tag, Datum scope, Datum key)
+// The first tenant after `after` that has keys, through the primary key
+// (tenant first); InvalidOid when none.
+static Oid next_tenant(Sweep &sweep, Oid after)
 {
-    const text *s = DatumGetTextPP(scope);
-    const text *k = DatumGetTextPP(key);
+    ScanKeyData bound;
+    ScanKeyInit(&bound, 1, BTGreaterStrategyNumber, F_OIDGT, ObjectIdGetDatum(after));
+    IndexScanDesc scan =
+        index_beginscan(sweep.storage.heap, sweep.storage.pkey, GetActiveSnapshot(), 1, 0);
+    index_rescan(scan, &bound, 1, nullptr, 0);
+    Oid tenant = InvalidOid;
+    bool isnull;
+    if (index_getnext_slot(scan, ForwardScanDirection, sweep.slot))
+        tenant = DatumGetObjectId(slot_getattr(sweep.slot, col_tenant + 1, &isnull));
+    index_endscan(scan);
+    return tenant;
+}
+
+// The keys of roles that no longer exist.  Nobody can reach them -- a role
+// made later under the same name has another OID -- and deleting them within
+// a sweep of the DROP ROLE keeps them out of dumps and away from a role that
+// gets the same OID once the OID counter wraps around.  One index descent per
+// tenant finds the tenants.
+static void delete_orphaned(Sweep &sweep)
+{
+    if (!sweep.storage.has(col_tenant))
+        return;
+    for (Oid tenant = next_tenant(sweep, InvalidOid); sweep.has_room() && OidIsValid(tenant);
+         tenant = next_tenant(sweep, tenant))
+    {
+        if (SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(tenant)))
+            continue;
+        ScanKeyData owner;
+        ScanKeyInit(&owner, 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(tenant));
+        IndexScanDesc scan =
+            index_beginscan(sweep.storage.heap, sweep.storage.pkey, GetActiveSnapshot(), 1, 0);
+        index_rescan(scan, &owner, 1, nullptr, 0);
+        while (sweep.has_room() && index_getnext_slot(scan, ForwardScanDirection, sweep.slot))
+        {
+            delete_if_idle(sweep);
+            CHECK_FOR_INTERRUPTS();
+        }
+        index_endscan(scan);
+    }
+}
+
+int64 expire(Storage &storage, TimestampTz now, int64 max_rows)
+{
+    Sweep sweep = {storage,
+                   start_writes(storage),
+                   table_slot_create(storage.heap, nullptr),
+                   table_slot_create(storage.heap, nullptr),
+                   max_rows,
+                   0};
+    // A snapshot that sees what this transaction did so far, as the next
+    // statement would: a version it replaced earlier in this statement (a
+    // takeover) is then gone, and its replacement is not expired.
+    CommandCounterIncrement();
+    PushCopiedSnapshot(GetActiveSnapshot());
+    UpdateActiveSnapshotCommandId();
+    delete_expired(sweep, now);
+    delete_orphaned(sweep);
+    PopActiveSnapshot();
+    ExecDropSingleTupleTableSlot(sweep.check);
+    ExecDropSingleTupleTableSlot(sweep.slot);
+    return sweep.deleted;
+}
+
+// ---------------------------------------------------------------------------
+// Key locks and waits
+// ---------------------------------------------------------------------------
+
+uint64 key_hash(const Key &key)
+{
+    const text *s = DatumGetTextPP(key.scope);
+    const text *k = DatumGetTextPP(key.key);
     uint32 scope_hash =
+        hash_bytes_uint32(key.tenant) ^
         hash_bytes(reinterpret_cast<const unsigned char *>(VARDATA_ANY(s)), VARSIZE_ANY_EXHDR(s));
-    uint64 hash = hash_bytes_extended(reinterpret_cast<const unsigned char *>(VARDATA_ANY(k)),
-                                      VARSIZE_ANY_EXHDR(k), scope_hash);
+    return hash_bytes_extended(reinterpret_cast<const unsigned char *>(VARDATA_ANY(k)),
+                               VARSIZE_ANY_EXHDR(k), scope_hash);
+}
+
+static void key_locktag(LOCKTAG *tag, const Key &key)
+{
+    uint64 hash = key_hash(key);
     SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32)(hash >> 32), (uint32)hash, key_lock_tag);
 }
 
-bool lock_key(Datum scope, Datum key, bool wait)
+bool lock_key(const Key &key, bool wait)
 {
     LOCKTAG tag;
-    key_locktag(&tag, scope, key);
+    key_locktag(&tag, key);
     return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
 }
 
-void unlock_key(Datum scope, Datum key)
+void unlock_key(const Key &key)
 {
     LOCKTAG tag;
-    key_locktag(&tag, scope, key);
+    key_locktag(&tag, key);
     LockRelease(&tag, ExclusiveLock, false);
 }
 

@@ -1,5 +1,8 @@
-// Access to idempotency.keys through the heap and index APIs: no SQL text on
-// the hot path.
+// Access to idempotency.keys: reads through the primary key with the index
+// API, writes through the executor's single-row routines (the ones logical
+// replication applies changes with), so that every write maintains every
+// ready index of the table -- including one being built concurrently or added
+// by a DBA -- checks its constraints and fires its row triggers.
 //
 // Concurrency scheme (the reason for every function here):
 //  * Reads use a dirty snapshot: they see the newest committed version, plus
@@ -7,21 +10,46 @@
 //    the writer's transaction id.  So a caller never claims a key because its
 //    own snapshot is older than a completion, whatever the isolation level,
 //    and it can tell an uncommitted claim by another transaction (in_progress,
-//    or mismatch) from a committed one.
-//  * A writer takes the key's lock -- a heavyweight lock in the advisory lock
-//    space, tagged (database, 64-bit hash of scope and key, key_lock_tag) --
-//    reads, decides, writes, and lets the lock go.  From then on its
-//    uncommitted version keeps everyone else out: they see it and answer
-//    in_progress or mismatch, or wait for its transaction (an ordinary lock
-//    wait on the transaction id).  So two callers never both claim, and a
-//    transaction holds at most one key lock at a time, however many keys it
-//    claims.  Callers that only read never take it, nor does a transaction
-//    that changes its own uncommitted claim (complete after begin): nobody
-//    else writes that version before the transaction ends.
-//  * The expiry sweep deletes without the key lock but never waits: a row some
-//    transaction is changing right now is skipped.  A writer that loses a race
-//    against a committed expiry sees TM_Deleted from update_record and reads
-//    again.
+//    or mismatch) from a committed one.  A version that a transaction still in
+//    progress is deleting (a sweep that may yet roll back) or replacing counts
+//    as held by that transaction, never as absent.
+//  * Every write of a committed version happens under the key's lock -- a
+//    heavyweight lock in the advisory lock space, tagged (database, 64-bit
+//    hash of scope and key, key_lock_tag): the writer takes it, reads,
+//    decides, writes, and lets it go.  From then on its uncommitted version
+//    keeps everyone else out: they see it and answer in_progress or mismatch,
+//    or wait for its transaction (an ordinary lock wait on the transaction
+//    id).  So two callers never both claim, a write never meets a concurrent
+//    change of its row, and a transaction holds at most one key lock at a
+//    time, however many keys it claims.  Callers that only read never take
+//    it, nor does a transaction that changes its own uncommitted claim
+//    (complete after begin): nobody else can see, let alone write, that
+//    version before the transaction ends.
+//  * The expiry sweep never waits for a request: it deletes a row only when it
+//    gets the key's lock at once and the version is still the newest one,
+//    with nobody changing it; otherwise it skips the row for the next round.
+//
+// Backend-local caches, and why each is safe:
+//  * The OID of idempotency.keys (store.cpp, heap_oid_cache).  Forgotten by a
+//    relcache invalidation of that relation (DROP EXTENSION, ALTER, VACUUM,
+//    ANALYZE, REINDEX) or of all relations.  It is read into a local before
+//    the table is locked, and after the lock -- which processes pending
+//    invalidations -- it is used only if no invalidation arrived meanwhile or
+//    the name still resolves to it, the check RangeVarGetRelidExtended makes.
+//    Index OIDs are never cached: the primary key and the index list come
+//    from the table's relcache entry after its lock, and the primary key is
+//    checked again after its own lock.
+//  * The address of the version this backend wrote last (store.cpp,
+//    last_write).  Valid only in the transaction that wrote it (tagged with
+//    the local transaction id), forgotten on any rollback to a savepoint
+//    (which releases the locks that protect it), and checked on use: the
+//    fetch must find a live version of the same key written by this
+//    transaction, else the caller reads through the index.
+//  * The result row type of idempotency_begin and its enum's OIDs (api.cpp,
+//    in the call site's fn_extra).  They live as long as the FmgrInfo, which
+//    belongs to one plan; a plan is rebuilt when the type or the function
+//    changes (ALTER EXTENSION UPDATE, DROP/CREATE EXTENSION).
+// Nothing else is kept across calls.
 #pragma once
 
 #include "pg.hpp"
@@ -29,6 +57,7 @@
 
 extern "C"
 {
+#include "access/genam.h"
 #include "access/tableam.h"
 #include "utils/timestamp.h"
 #include "utils/relcache.h"
@@ -37,8 +66,10 @@ extern "C"
 namespace idempotency::store
 {
 
-// Column numbers of idempotency.keys (0-based), in table order.  The columns a
-// claim never changes come first; see the install script.
+// Column numbers of idempotency.keys (0-based), in table order.  The columns
+// of 0.1.0 come first (those a claim never changes first among them); later
+// versions append theirs, so that a table upgraded with ALTER TABLE ... ADD
+// COLUMN and a freshly installed one have the same layout.
 enum Column
 {
     col_scope,
@@ -55,19 +86,45 @@ enum Column
     col_recovery_point,
     col_response_body,
     col_response_headers,
+    // 0.2.0
+    col_tenant,                // regrole: the owning role, 0 without tenant isolation
+    col_lease,                 // the claim's lease length, which a checkpoint renews
+    col_response_body_bytes,   // a response body stored as the caller's bytes
+    col_response_body_omitted, // the response was over idempotency.max_response_bytes
+    col_claim_data,            // what the holder of a claim said about it
+    col_sweep_at,              // a whole second 1-2 s after expires_at: the expiry index's key
     column_count
 };
+// The columns of a table still at 0.1.0: the library of a newer version runs
+// against it until ALTER EXTENSION UPDATE (with shared_preload_libraries,
+// from the restart that loads it).  Columns it lacks read as NULL, and the
+// primary key is (scope, key) without the tenant.
+constexpr int columns_0_1_0 = col_tenant;
 
 constexpr char status_in_progress = 'p';
 constexpr char status_completed = 'c';
 
-struct Relations
+struct WriteContext; // the executor state of writes; see store.cpp
+
+// idempotency.keys and its primary key, locked to the end of the transaction.
+struct Storage
 {
     Relation heap;
     Relation pkey;
-    Relation expiry; // opened on first use; see expiry_index() in store.cpp
-    Oid expiry_oid;
     LOCKMODE lockmode;
+    int columns;          // column_count, or columns_0_1_0 before the update
+    WriteContext *writes; // set up by the first write, finished by close()
+
+    bool has(Column column) const { return column < columns; }
+};
+
+// What identifies a record: the tenant (the calling role with tenant
+// isolation, else InvalidOid), the scope and the key (detoasted text).
+struct Key
+{
+    Oid tenant;
+    Datum scope;
+    Datum key;
 };
 
 // Who wrote the version a read returned.
@@ -75,11 +132,13 @@ enum class Writer
 {
     committed, // a committed transaction: the state everyone agrees on
     self,      // the calling transaction (or one of its live subtransactions)
-    other      // another transaction still in progress; it holds the key lock
+    other      // another transaction still in progress (writer_xid)
 };
 
 // One version of a row, decoded.  Datums point into palloc'd memory of the
 // calling context; varlena values may still be compressed or TOASTed.
+// found == false with writer == other: no version is readable, because a
+// transaction still in progress is deleting or replacing the newest one.
 struct Record
 {
     bool found;
@@ -89,6 +148,9 @@ struct Record
     Datum values[column_count];
     bool nulls[column_count];
 
+    // Another transaction is changing the key: wait for it or answer
+    // in_progress, never act on what is there.
+    bool held_by_other() const { return writer == Writer::other; }
     const RequestHash *request() const { return datum_get_request_hash(values[col_request]); }
     char status() const { return DatumGetChar(values[col_status]); }
     bool completed() const { return status() == status_completed; }
@@ -118,41 +180,72 @@ struct Record
     }
 };
 
-// Opens idempotency.keys and its indexes; RowExclusiveLock to write,
-// AccessShareLock to read; the lock is kept to the end of the transaction.
+// Opens idempotency.keys and its primary key; RowExclusiveLock to write,
+// AccessShareLock to read; the locks are kept to the end of the transaction.
 // Raises an error when the storage is missing.
-Relations open_relations(LOCKMODE lockmode);
+Storage open(LOCKMODE lockmode);
 // The same, for the expiry worker: false, without waiting, when the storage is
 // missing or DDL (DROP or ALTER EXTENSION) holds it.
-bool try_open_relations(Relations *rels, LOCKMODE lockmode);
-void close_relations(const Relations &rels);
+bool try_open(Storage *storage, LOCKMODE lockmode);
+// Fires the AFTER triggers the writes queued and releases what they used.
+void close(Storage &storage);
 
-// The newest version of (scope, key), seen through a dirty snapshot.
-Record read_latest(const Relations &rels, Datum scope, Datum key);
-// The caller's own uncommitted claim on (scope, key), fetched by its address
+// The key as this table stores it.  A table still at 0.1.0 has no tenant
+// column: as 0.1.0 did, the tenant's OID and a slash prefix the scope.  Every
+// other function takes the stored key.
+Key stored_key(const Storage &storage, const Key &key);
+
+// The newest version of the key, seen through a dirty snapshot.
+Record read_latest(const Storage &storage, const Key &key);
+// The caller's own uncommitted claim on the key, fetched by its address
 // without an index scan when it is the version this backend wrote last (the
 // usual complete after begin).  False when it is not; read_latest then knows.
-bool fetch_own_claim(const Relations &rels, Datum scope, Datum key, Record *record);
-// The version of (scope, key) visible to an MVCC snapshot.
-Record read_visible(const Relations &rels, Datum scope, Datum key, Snapshot snapshot);
+bool fetch_own_claim(const Storage &storage, const Key &key, Record *record);
+// The version of the key visible to an MVCC snapshot.
+Record read_visible(const Storage &storage, const Key &key, Snapshot snapshot);
 
-// Writes `record` as a new row; the caller holds the key lock.
-void insert_record(Relations &rels, Record &record);
+// Sets when `record` expires, and when the sweep will look at it.  The sweep
+// finds records through an index on sweep_at, a whole second 1 to 2 seconds
+// after expires_at, kept by a write while it is still in that window: so a
+// completion within a second of its claim changes no indexed column and
+// stays HOT, while expires_at keeps the microseconds.  A table still at 0.1.0
+// has no sweep_at and indexes expires_at itself, which is then rounded up.
+void set_expiry(const Storage &storage, Record &record, TimestampTz expires_at);
+
+// Writes `record` as a new row of `key`; the caller holds the key lock.
+void insert_record(Storage &storage, const Key &key, Record &record);
 // Replaces the version `record.tid` with `record`'s values; the caller holds
-// the key lock, or the version is its own transaction's.  Returns TM_Ok, or TM_Deleted/TM_Updated when a concurrent
-// expiry got there first (the caller reads again).
-TM_Result update_record(Relations &rels, Record &record);
+// the key lock, or the version is its own transaction's uncommitted one.
+void update_record(Storage &storage, Record &record);
+// Deletes the version `record.tid`, under the same conditions.
+void delete_record(Storage &storage, const Record &record);
+
+// The records of one scope in key order, as an MVCC snapshot sees them,
+// after `after_key` when it is not 0: a keyset page through the primary key.
+struct KeyScan
+{
+    IndexScanDesc scan;
+    TupleTableSlot *slot;
+};
+KeyScan begin_key_scan(const Storage &storage, Oid tenant, Datum scope, Datum after_key,
+                       Snapshot snapshot);
+bool next_key(KeyScan &scan, Record *record);
+void end_key_scan(KeyScan &scan);
 
 // Deletes up to `max_rows` records that are expired at `now` (no limit when
-// max_rows < 0), found through the expiry index under the active snapshot.
-// Never waits: a row another transaction is changing right now is skipped.
-// Returns the number deleted.
-int64 expire(Relations &rels, TimestampTz now, int64 max_rows);
+// max_rows < 0), found through the expiry index with a snapshot that sees
+// the calling transaction's own changes so far.  Never waits for a request:
+// see the concurrency scheme.  Returns the number deleted.
+int64 expire(Storage &storage, TimestampTz now, int64 max_rows);
+
+// A 64-bit hash of the key: the key lock's tag, and the key's identity in
+// the transaction's list of claims (claims.cpp).
+uint64 key_hash(const Key &key);
 
 // The per-key lock described above: false when another transaction holds it
 // and `wait` is false.
-bool lock_key(Datum scope, Datum key, bool wait);
-void unlock_key(Datum scope, Datum key);
+bool lock_key(const Key &key, bool wait);
+void unlock_key(const Key &key);
 
 // Waits, as an ordinary lock wait (visible in pg_locks, cancellable, seen by
 // the deadlock detector), until transaction `xid` ends or `timeout_ms`

@@ -13,6 +13,7 @@
 // does not run at all, and it starts by itself after promotion.
 #include "worker.hpp"
 #include "boundary.hpp"
+#include "compat.hpp"
 #include "module.hpp"
 #include "stats.hpp"
 #include "store.hpp"
@@ -38,6 +39,7 @@ extern "C"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/wait_event.h"
 
 PGDLLEXPORT void idempotency_launcher_main(Datum argument);
@@ -74,6 +76,15 @@ void register_launcher()
     RegisterBackgroundWorker(&launcher);
 }
 
+// Template databases are never connected to (CREATE DATABASE copies them
+// and fails while anyone is connected), nor are databases that refuse
+// connections or were left half-dropped.
+static bool is_sweepable(Form_pg_database database)
+{
+    return !database->datistemplate && database->datallowconn &&
+           !compat::database_is_invalid(database);
+}
+
 // Databases a sweeper may connect to, read from the shared catalog.
 static List *sweepable_databases(MemoryContext context)
 {
@@ -86,12 +97,8 @@ static List *sweepable_databases(MemoryContext context)
     while ((tuple = heap_getnext(scan, ForwardScanDirection)) != nullptr)
     {
         Form_pg_database database = reinterpret_cast<Form_pg_database>(GETSTRUCT(tuple));
-        if (database->datistemplate || !database->datallowconn)
+        if (!is_sweepable(database))
             continue;
-#ifdef DATCONNLIMIT_INVALID_DB
-        if (database->datconnlimit == DATCONNLIMIT_INVALID_DB)
-            continue; // left behind by an interrupted DROP DATABASE
-#endif
         MemoryContext previous = MemoryContextSwitchTo(context);
         databases = lappend_oid(databases, database->oid);
         MemoryContextSwitchTo(previous);
@@ -103,8 +110,24 @@ static List *sweepable_databases(MemoryContext context)
     return databases;
 }
 
-// Runs one sweeper in `database` and waits for it to exit.
-static void sweep_database(Oid database)
+// Whether `database` still exists and takes connections, read under the lock
+// sweep_database holds.
+static bool still_sweepable(Oid database)
+{
+    StartTransactionCommand();
+    HeapTuple tuple = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(database));
+    bool sweepable = false;
+    if (HeapTupleIsValid(tuple))
+    {
+        sweepable = is_sweepable(reinterpret_cast<Form_pg_database>(GETSTRUCT(tuple)));
+        ReleaseSysCache(tuple);
+    }
+    CommitTransactionCommand();
+    return sweepable;
+}
+
+// Starts a sweeper in `database` and waits for it to exit.
+static void run_sweeper(Oid database)
 {
     BackgroundWorker sweeper;
     fill_worker(&sweeper, "idempotency_sweeper_main", "idempotency sweeper");
@@ -118,6 +141,20 @@ static void sweep_database(Oid database)
     if (WaitForBackgroundWorkerStartup(handle, &pid) == BGWH_STARTED)
         WaitForBackgroundWorkerShutdown(handle);
     pfree(handle);
+}
+
+// Runs one sweeper in `database` and waits for it to exit.  A sweeper must
+// never start in a database that is gone: connecting would end with a FATAL
+// in the log.  So the launcher checks that the database exists under a lock
+// on it, which DROP DATABASE waits for, and holds the lock until the sweeper
+// holds one of its own (see hold_database).  Between them, DROP DATABASE
+// waits for the sweep (at most sweeper_budget_us) instead of racing it.
+static void sweep_database(Oid database)
+{
+    LockSharedObjectForSession(DatabaseRelationId, database, 0, AccessShareLock);
+    if (still_sweepable(database))
+        run_sweeper(database);
+    UnlockSharedObjectForSession(DatabaseRelationId, database, 0, AccessShareLock);
 }
 
 // SIGTERM (shutdown, or pg_terminate_backend) ends the launcher at its next
@@ -181,12 +218,12 @@ static int64 sweep_batch(TimestampTz now)
     PushActiveSnapshot(GetTransactionSnapshot());
     pgstat_report_activity(STATE_RUNNING, "expiring idempotency keys");
     // Invisible until CREATE EXTENSION commits, so never mid-creation.
-    store::Relations rels;
+    store::Storage storage;
     if (OidIsValid(get_extension_oid("idempotency", true)) &&
-        store::try_open_relations(&rels, RowExclusiveLock))
+        store::try_open(&storage, RowExclusiveLock))
     {
-        deleted = store::expire(rels, now, settings::expire_batch_size);
-        store::close_relations(rels);
+        deleted = store::expire(storage, now, settings::expire_batch_size);
+        store::close(storage);
     }
     PopActiveSnapshot();
     CommitTransactionCommand();
@@ -223,6 +260,35 @@ static void sweep_until_done()
     stats::record_sweep(started, GetCurrentTimestamp(), expired);
 }
 
+// The sweeper's own lock on its database, held while it connects.  The
+// launcher's lock keeps the database from being dropped until the sweeper
+// holds this one.  Without a lock of its own, connecting could deadlock: a
+// DROP DATABASE queued behind the launcher's lock makes the connection's lock
+// wait behind it, while the launcher waits for the sweeper.  So the lock is
+// taken without waiting (false when DROP or ALTER DATABASE is queued), and
+// while it is held the connection's lock is granted ahead of the queue.  Once
+// connected, the sweeper is a session of the database like any other, and
+// lets the lock go.  A session lock outlives the process unless released, so
+// an exit in between (a FATAL) releases it too.
+static LOCKTAG database_lock;
+static bool database_locked = false;
+
+static void release_database(int, Datum)
+{
+    if (database_locked)
+        LockRelease(&database_lock, AccessShareLock, true);
+    database_locked = false;
+}
+
+static bool hold_database(Oid database)
+{
+    SET_LOCKTAG_OBJECT(database_lock, InvalidOid, DatabaseRelationId, database, 0);
+    before_shmem_exit(release_database, (Datum)0);
+    database_locked =
+        LockAcquire(&database_lock, AccessShareLock, true, true) != LOCKACQUIRE_NOT_AVAIL;
+    return database_locked;
+}
+
 } // namespace idempotency::worker
 
 void idempotency_launcher_main(Datum)
@@ -241,7 +307,11 @@ void idempotency_sweeper_main(Datum argument)
     idempotency::guarded([argument] {
         pqsignal(SIGTERM, die);
         BackgroundWorkerUnblockSignals();
-        BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(argument), InvalidOid, 0);
+        Oid database = DatumGetObjectId(argument);
+        if (!idempotency::worker::hold_database(database))
+            proc_exit(0); // DROP or ALTER DATABASE is waiting: next round
+        BackgroundWorkerInitializeConnectionByOid(database, InvalidOid, 0);
+        idempotency::worker::release_database(0, (Datum)0);
         // A lost expiry delete is simply repeated: no need to wait for WAL
         // flush.  Timeouts set for the database's users (ALTER DATABASE ...
         // SET) must not stop expiry; batches are short by construction.

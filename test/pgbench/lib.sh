@@ -7,7 +7,8 @@
 #
 # Sets, as its functions run: pg_config bindir pkglibdir extensiondir
 # (locate_postgres), scratch server_user (make_scratch), cluster_data
-# cluster_socket cluster_port cluster_log (start_cluster).
+# cluster_socket cluster_port cluster_log (start_cluster), redis_dir
+# redis_socket redis_job (start_redis).
 
 # What building and running needs on Debian 12; pgbench and psql come with
 # postgresql-15 (and its dependency postgresql-client-15).
@@ -17,6 +18,9 @@ scratch=''
 server_user=''
 cluster_data=''
 cluster_log=''
+redis_dir=''
+redis_socket=''
+redis_job=''
 
 say() { printf '==> %s\n' "$*"; }
 
@@ -47,21 +51,24 @@ as_server_user() {
 
 # ---------------------------------------------------------------- machine
 
+# The packages of lib_packages and of the arguments that are not installed.
 missing_packages() {
     local pkg
-    for pkg in "${lib_packages[@]}"; do
+    for pkg in "${lib_packages[@]}" "$@"; do
         dpkg-query -W -f='${Status}\n' "$pkg" 2>/dev/null | grep -q '^install ok installed$' ||
             printf '%s\n' "$pkg"
     done
 }
 
+# Installs what is missing of lib_packages and of the arguments, the packages
+# only one caller needs (make bench's Redis).
 install_packages() {
     if ! command -v dpkg-query >/dev/null; then
-        say "not Debian: not checking packages (need ${lib_packages[*]} or equivalents)"
+        say "not Debian: not checking packages (need ${lib_packages[*]} $* or equivalents)"
         return
     fi
     local missing
-    mapfile -t missing < <(missing_packages)
+    mapfile -t missing < <(missing_packages "$@")
     ((${#missing[@]} == 0)) && return
     say "installing ${missing[*]}"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
@@ -191,8 +198,9 @@ check_server_log() {
     fi
 }
 
-# Stops the cluster and removes the scratch directory; KEEP_TMP=1 keeps it.
+# Stops Redis and the cluster and removes the scratch directory; KEEP_TMP=1 keeps it.
 clean_up() {
+    stop_redis || true
     stop_cluster || true
     if [[ -n $scratch && ${KEEP_TMP:-0} == 1 ]]; then
         say "kept $scratch"
@@ -201,11 +209,75 @@ clean_up() {
     fi
 }
 
+# ---------------------------------------------------------------- Redis
+
+# Starts a throwaway Redis in $scratch/redis as the server user, on a unix
+# socket there and no TCP port, in the background (Redis runs in the
+# foreground; the pid file is how stop_redis finds it).  Durable through its
+# append-only file, fsynced as the argument says (always or everysec); no RDB
+# snapshots, and no automatic AOF rewrite, which, like a checkpoint, would
+# land in whichever run it happened to fall into.
+start_redis() {
+    local appendfsync=$1 dir=$scratch/redis tries
+    as_server_user mkdir -p "$dir"
+    redis_dir=$dir
+    redis_socket=$dir/redis.sock
+    as_server_user redis-server --port 0 --unixsocket "$redis_socket" --unixsocketperm 700 \
+        --daemonize no --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --dir "$dir" \
+        --save '' --appendonly yes --appendfsync "$appendfsync" --auto-aof-rewrite-percentage 0 \
+        </dev/null >/dev/null 2>&1 &
+    redis_job=$!
+    for ((tries = 0; tries < 300; tries++)); do
+        [[ $(redis_cli PING 2>/dev/null) == PONG ]] && break
+        if ! kill -0 "$redis_job" 2>/dev/null; then
+            cat "$dir/redis.log" >&2
+            die "redis-server did not start (its log is above)"
+        fi
+        sleep 0.1
+    done
+    [[ $(redis_cli PING 2>/dev/null) == PONG ]] || die "redis-server did not answer within 30 s"
+    say "$(redis-server --version | cut -d ' ' -f 1-3) on $redis_socket, appendfsync $appendfsync"
+}
+
+# Stops Redis: SIGTERM makes it fsync its AOF and exit; SIGKILL after 30 s.
+stop_redis() {
+    [[ -n $redis_job ]] || return 0
+    local pid tries
+    pid=$(cat "$redis_dir/redis.pid" 2>/dev/null) || pid=$redis_job
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((tries = 0; tries < 300; tries++)); do
+        kill -0 "$redis_job" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$redis_job" 2>/dev/null; then
+        kill -KILL "$pid" "$redis_job" 2>/dev/null || true
+    fi
+    wait "$redis_job" 2>/dev/null || true
+    redis_job=''
+}
+
+redis_cli() {
+    as_server_user redis-cli -s "$redis_socket" "$@"
+}
+
+# One field of Redis's INFO (the first argument; the second, its section).
+redis_info() {
+    local field=$1 section=$2
+    redis_cli INFO "$section" | tr -d '\r' | sed -n "s/^$field://p"
+}
+
 # ---------------------------------------------------------------- benchmarks
 
 # Prints the first argument normally, the second in smoke mode (SMOKE=1).
 normal_or_smoke() {
     if [[ ${SMOKE:-0} == 1 ]]; then echo "$2"; else echo "$1"; fi
+}
+
+# pgbench's run length as arguments: $1 seconds, or in smoke mode a few
+# transactions per client, which end however loaded the machine is (a 1 s
+# run of 32 clients on a busy machine may complete none).
+run_length() {
+    if [[ ${SMOKE:-0} == 1 ]]; then echo "-t 5"; else echo "-T $1"; fi
 }
 
 # The command line as it was given: the settings among the named variables

@@ -12,8 +12,8 @@
 -- template): the same bytes in every column but the key, the response body
 -- and the times.  The times continue the API keys' timeline at the rate the
 -- API wrote them, so the expiry index holds as many keys per distinct second
--- as under traffic; the expiry is rounded up to a whole second as
--- idempotency_complete rounds it.  The rows go through the indexes as they
+-- as under traffic; sweep_at is the whole second 1 to 2 seconds after the
+-- expiry, as idempotency_complete leaves it.  The rows go through the indexes as they
 -- are inserted, in the order of i, which is random for the key (an md5), so
 -- the primary key splits and fills as under traffic.  Only the heap differs:
 -- a key the API writes leaves a redirect line pointer and the room of its
@@ -24,7 +24,8 @@
 SELECT array_agg(attname::text ORDER BY attnum) = ARRAY[
            'scope', 'key', 'request', 'created_at', 'ttl', 'expires_at', 'status', 'attempt',
            'lease_expires_at', 'completed_at', 'response_status', 'recovery_point',
-           'response_body', 'response_headers'] AS layout_known
+           'response_body', 'response_headers', 'tenant', 'lease', 'response_body_bytes',
+           'response_body_omitted', 'claim_data', 'sweep_at'] AS layout_known
   FROM pg_attribute
  WHERE attrelid = 'idempotency.keys'::regclass AND attnum > 0 AND NOT attisdropped \gset
 \if :layout_known
@@ -32,11 +33,13 @@ SELECT array_agg(attname::text ORDER BY attnum) = ARRAY[
 SELECT bench_fail('idempotency.keys has other columns than populate_bulk.sql writes');
 \endif
 
--- The expiry of a completed key: completion time plus ttl, rounded up to a
--- whole second.  Checked against every key the API wrote.
-CREATE FUNCTION pg_temp.expiry_after(completed_at timestamptz, ttl interval) RETURNS timestamptz
+-- When the sweep looks at a completed key: the whole second 1 to 2 seconds
+-- after its expiry (completion time plus ttl); a key completed within a
+-- second of its claim keeps its claim's, which is also in that window.
+-- Every key the API wrote is checked to be in that window.
+CREATE FUNCTION pg_temp.sweep_after(completed_at timestamptz, ttl interval) RETURNS timestamptz
     LANGUAGE sql STABLE
-    RETURN to_timestamp(ceil(extract(epoch FROM completed_at + ttl)));
+    RETURN to_timestamp(ceil(extract(epoch FROM completed_at + ttl)) + 1);
 
 CREATE TEMP TABLE api_keys AS
 SELECT i, k.*
@@ -44,7 +47,9 @@ SELECT i, k.*
   JOIN idempotency.keys AS k ON k.scope = 'bench' AND k.key = bench_known_key(i);
 
 SELECT count(*) = :first - 1
-       AND bool_and(status = 'c' AND expires_at = pg_temp.expiry_after(completed_at, ttl)) AS api_keys_as_expected
+       AND bool_and(status = 'c' AND expires_at = completed_at + ttl
+                    AND sweep_at >= expires_at AND sweep_at < expires_at + interval '2 seconds'
+                    AND date_trunc('second', sweep_at) = sweep_at) AS api_keys_as_expected
   FROM api_keys \gset
 \if :api_keys_as_expected
 \else
@@ -61,11 +66,14 @@ SELECT *,
 
 INSERT INTO idempotency.keys (scope, key, request, created_at, ttl, expires_at, status, attempt,
                               lease_expires_at, completed_at, response_status, recovery_point,
-                              response_body, response_headers)
+                              response_body, response_headers, tenant, lease,
+                              response_body_bytes, response_body_omitted, claim_data, sweep_at)
 SELECT t.scope, bench_known_key(g.i), t.request, t.created_at + o.later, t.ttl,
-       pg_temp.expiry_after(t.completed_at + o.later, t.ttl), t.status, t.attempt,
+       t.completed_at + o.later + t.ttl, t.status, t.attempt,
        t.lease_expires_at, t.completed_at + o.later, t.response_status, t.recovery_point,
-       jsonb_build_object('order', g.i), t.response_headers
+       jsonb_build_object('order', g.i), t.response_headers, t.tenant, t.lease,
+       t.response_body_bytes, t.response_body_omitted, t.claim_data,
+       pg_temp.sweep_after(t.completed_at + o.later, t.ttl)
   FROM template AS t,
        generate_series(:first + :job, :last, :jobs) AS g(i),
        LATERAL (SELECT (g.i - t.i) * interval '1 second' / t.keys_per_second) AS o(later);

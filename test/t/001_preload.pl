@@ -22,8 +22,9 @@ my ($ret, $stdout, $stderr) = $node->psql('postgres', 'CREATE EXTENSION idempote
 is($ret, 0, 'CREATE EXTENSION idempotency succeeds');
 is($stderr, '', 'CREATE EXTENSION idempotency says nothing on stderr');
 
+my ($default_version) = slurp_file('idempotency.control') =~ /^default_version\s*=\s*'([^']+)'/m;
 is(query(q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
-	'0.1.0', 'the extension is installed at its default version');
+	$default_version, 'the extension is installed at its default version');
 is(query(q{SELECT count(*) FROM pg_namespace WHERE nspname = 'idempotency'}),
 	'1', 'schema idempotency exists');
 is(query(q{SELECT to_regclass('idempotency.keys') IS NOT NULL}),
@@ -49,5 +50,20 @@ is( query(
 $node->stop;
 unlike(slurp_file($node->logfile), qr/\b(?:ERROR|FATAL|PANIC):/,
 	'the server log has no ERROR, FATAL or PANIC line');
+
+# Without shared_preload_libraries the functions work, but nothing expires
+# keys and nothing counts: CREATE EXTENSION warns, and so does
+# idempotency_stats().
+my $plain = PostgreSQL::Test::Cluster->new('not_preloaded');
+$plain->init;
+$plain->append_conf('postgresql.conf', "shared_preload_libraries = ''");
+$plain->start;
+($ret, $stdout, $stderr) = $plain->psql('postgres', 'CREATE EXTENSION idempotency');
+is($ret, 0, 'CREATE EXTENSION succeeds without preloading');
+like($stderr, qr/WARNING:  idempotency is not in shared_preload_libraries: keys will not expire/,
+	'CREATE EXTENSION warns that the library is not preloaded');
+is($plain->safe_psql('postgres', 'SELECT preloaded FROM idempotency_stats()'),
+	'f', 'idempotency_stats() says it is not preloaded');
+$plain->stop;
 
 done_testing();

@@ -32,8 +32,10 @@ sub add_expiring_keys
 		SELECT count(*) FROM generate_series(1, $count) AS g,
 		  LATERAL idempotency_begin('s', '$prefix' || g, request_hash('r'::text), ttl => '1 second') AS b,
 		  LATERAL idempotency_complete('s', '$prefix' || g, 200, '{"n": 1}') AS c;
+		BEGIN;
 		SELECT idempotency_begin('s', '$prefix-stays', request_hash('r'::text), ttl => '1 day');
 		SELECT idempotency_complete('s', '$prefix-stays', 200);
+		COMMIT;
 	});
 }
 
@@ -116,6 +118,24 @@ for my $i (1 .. 15)
 }
 is($created, 15, 'CREATE DATABASE never fails while the worker runs');
 
+# Databases dropped while the launcher starts sweepers in them: DROP DATABASE
+# waits for a sweep that has begun, and no sweeper ever starts in a database
+# that is gone (which would log a FATAL that alerting pages on).
+reload_with("idempotency.expire_interval = '10ms'");
+my $log_offset = -s $node->logfile;
+my $dropped = 0;
+for my $i (1 .. 25)
+{
+	create_app_database("dropped$i");
+	my ($ret) = $node->psql('postgres', "DROP DATABASE dropped$i");
+	$dropped++ if $ret == 0;
+}
+is($dropped, 25, 'DROP DATABASE never fails while the launcher sweeps every 10ms');
+my @fatal = grep { /FATAL|ERROR/ }
+  split /\n/, PostgreSQL::Test::Utils::slurp_file($node->logfile, $log_offset);
+is(join("\n", @fatal), '', 'no sweeper logs an error or a FATAL for a dropped database');
+reload_with("idempotency.expire_interval = '200ms'");
+
 # A reload changes the interval.
 reload_with("idempotency.expire_interval = '1h'");
 my $settled = sweeps();
@@ -150,12 +170,18 @@ expires_by_itself('app1', 't', 'the restarted launcher expires keys');
 
 # An error inside a sweep is logged, kept in the statistics, and the next
 # round tries again.
+# A trigger on the table fires for the sweep's deletes, as for any DELETE.
 add_expiring_keys('app1', 10, 'e');
-query('app1', 'ALTER INDEX idempotency.keys_expires_at_idx RENAME TO hidden_idx');
+query('app1', q{
+	CREATE FUNCTION refuse_deletes() RETURNS trigger LANGUAGE plpgsql AS
+	  $$ BEGIN RAISE EXCEPTION 'deletes refused by a trigger'; END $$;
+	CREATE TRIGGER refuse_deletes BEFORE DELETE ON idempotency.keys
+	  FOR EACH ROW EXECUTE FUNCTION refuse_deletes();
+});
 ok( $node->poll_query_until('postgres',
-		q{SELECT last_error LIKE '%keys_expires_at_idx%' FROM idempotency_stats()}),
+		q{SELECT last_error LIKE '%deletes refused by a trigger%' FROM idempotency_stats()}),
 	'a sweep error is reported in idempotency_stats()');
-query('app1', 'ALTER INDEX idempotency.hidden_idx RENAME TO keys_expires_at_idx');
+query('app1', 'DROP TRIGGER refuse_deletes ON idempotency.keys; DROP FUNCTION refuse_deletes()');
 expires_by_itself('app1', 'e', 'after the error the next rounds expire again');
 
 # DROP EXTENSION and DROP DATABASE while the worker is busy there neither
@@ -179,15 +205,17 @@ my @counted = qw(claims replays mismatches in_progress waits completes server_er
 my $list = join(', ', @counted);
 my $before = query('postgres', "SELECT $list FROM idempotency_stats()");
 query('app3', q{
+	BEGIN;
 	SELECT idempotency_begin('s', 'k1', request_hash('r'::text));
 	SELECT idempotency_complete('s', 'k1', 200);
+	COMMIT;
 	SELECT idempotency_begin('s', 'k1', request_hash('r'::text));
 	SELECT idempotency_begin('s', 'k1', request_hash('other'::text));
 	SELECT idempotency_begin('s', 'k2', request_hash('r'::text), lease => '1 hour');
 	SELECT idempotency_begin('s', 'k2', request_hash('r'::text), wait => '100ms');
 	SELECT idempotency_checkpoint('s', 'k2', 'p');
 	SELECT idempotency_release('s', 'k2');
-	SELECT idempotency_begin('s', 'k2', request_hash('r'::text));
+	SELECT idempotency_begin('s', 'k2', request_hash('r'::text), lease => '1 hour');
 	SELECT idempotency_complete('s', 'k2', 503);
 });
 my $after = query('postgres', "SELECT $list FROM idempotency_stats()");
@@ -199,7 +227,7 @@ is_deeply(
 		completes => 1, server_errors_dropped => 1, checkpoints => 1, releases => 1
 	},
 	'idempotency_stats() counts each answer and call');
-ok(query('postgres', q{SELECT wait_time >= '100ms' AND keys_expired >= 2000 AND last_sweep_at IS NOT NULL FROM idempotency_stats()}),
+ok(query('postgres', q{SELECT wait_seconds >= 0.1 AND keys_expired >= 2000 AND last_sweep_time IS NOT NULL FROM idempotency_stats()}),
 	'wait time, expired keys and the last sweep are reported');
 is(query('app3', q{SELECT scope || ':' || in_progress || ':' || completed FROM idempotency_scope_stats()}),
 	's:1:1', 'idempotency_scope_stats() summarises the table per scope');

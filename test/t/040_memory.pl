@@ -9,7 +9,7 @@
 # comparisons, and error paths: invalid arguments, IK001 to IK003, lock
 # timeouts, C++ exceptions caught at the error boundary
 # (idempotency.inject_fault), each in a PL/pgSQL exception block, that is a
-# subtransaction.  Each iteration of about 70 calls checks every answer.
+# subtransaction.  Each iteration of about 75 calls checks every answer.
 #
 # A PL/pgSQL procedure commits about every thousand calls, about a thousand
 # transactions in all; the last 100,000 calls run in one long transaction.
@@ -129,7 +129,7 @@ SELECT count(*) FROM generate_series(0, 99) AS g,
   LATERAL idempotency_complete('mem', 'fixed-' || g, 200, '{"fixed": true}') AS c;
 SELECT idempotency_begin('mem', 'leased-forever', request_hash('leased'::text), lease => '1 day');
 
--- One iteration: about 70 calls, each outcome checked.  leased_key is a
+-- One iteration: about 75 calls, each outcome checked.  leased_key is a
 -- committed claim whose lease runs; lapsed_key one whose lease was released.
 -- Returns the number of calls made.
 CREATE FUNCTION memory_iteration(i integer, leased_key text, lapsed_key text) RETURNS integer
@@ -140,6 +140,7 @@ DECLARE
     b text := 'b' || i;
     s text := 's' || i;
     e text := 'e' || i;
+    f text := 'f' || i;
     fixed text := 'fixed-' || (i % 100);
     doc jsonb := jsonb_build_object('item', 'café', 'qty', i, 'price', 12.50,
                                     'tags', jsonb_build_array('a', i, true, NULL));
@@ -181,6 +182,22 @@ BEGIN
     END IF;
     calls := calls + 17;
 
+    -- The named constructors and the key check (5 calls, 4 comparisons).
+    IF (request_hash_jsonb(doc) = h AND request_hash_text(('other ' || i)::text) = other
+        AND request_hash_bytea(convert_to(a, 'UTF8')) = bytes_hash
+        AND request_hash_parts('POST', '/orders', a) = parts
+        AND idempotency_key_problem('mem', a) IS NULL) IS NOT TRUE THEN
+        RAISE EXCEPTION 'named constructors';
+    END IF;
+    calls := calls + 9;
+    -- An untyped literal is a constant, folded when a statement is planned:
+    -- plan one every tenth iteration.
+    IF i % 10 = 0 THEN
+        EXECUTE 'SELECT request_hash(''ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad'')'
+           INTO other;
+        calls := calls + 1;
+    END IF;
+
     -- A request in one transaction: claim, re-enter, complete, replay,
     -- mismatch; replay and mismatch of a committed key; lookups (11 calls).
     r := idempotency_begin('mem', a, h);
@@ -221,6 +238,23 @@ BEGIN
         RAISE EXCEPTION 'heartbeat';
     END IF;
     calls := calls + 4;
+    -- The store's operations: claim data, the newest state, a response
+    -- replaced on purpose, a page of the scope, forget (6 calls).
+    r := idempotency_begin('mem', f, h, claim_data => doc);
+    IF r.outcome <> 'claimed' OR r.claim_data IS DISTINCT FROM doc THEN
+        RAISE EXCEPTION 'claim data: %', r.outcome;
+    END IF;
+    SELECT l.status INTO status FROM idempotency_lookup('mem', f, latest => true) AS l;
+    IF status IS DISTINCT FROM 'in_progress' THEN RAISE EXCEPTION 'latest: %', status; END IF;
+    IF NOT idempotency_complete('mem', f, 200, body) THEN RAISE EXCEPTION 'complete f'; END IF;
+    IF NOT idempotency_complete('mem', f, 201, body, attempt => 1, replace => true) THEN
+        RAISE EXCEPTION 'replace';
+    END IF;
+    IF (SELECT count(*) FROM idempotency_keys('mem', after_key => e, max_keys => 2)) <> 2 THEN
+        RAISE EXCEPTION 'keys page';
+    END IF;
+    IF NOT idempotency_forget('mem', f) THEN RAISE EXCEPTION 'forget'; END IF;
+    calls := calls + 6;
     -- ... a committed claim whose lease runs: in_progress, then release (4 calls) ...
     IF leased_key IS NOT NULL THEN
         parts := request_hash('POST', '/payments', leased_key);
@@ -287,7 +321,7 @@ BEGIN
     EXCEPTION WHEN SQLSTATE '22004' THEN NULL;
     END;
     BEGIN
-        PERFORM idempotency_begin('mem', repeat('k', 300), h);
+        PERFORM idempotency_begin('mem', repeat('k', 1100), h);
         RAISE EXCEPTION 'long key accepted';
     EXCEPTION WHEN SQLSTATE '22001' THEN NULL;
     END;

@@ -125,12 +125,14 @@ sub query_object
 	return $text eq '' ? undef : $json->decode($text);
 }
 
-# Calls idempotency_begin in a transaction of its own and returns its answer:
-# outcome, attempt, response_status, response_body and response_headers (as
-# jsonb text), recovery_point, retry_after_s (seconds).
+# Calls idempotency_begin in a transaction of its own -- the first step of the
+# two-phase pattern, so with a lease: 1 minute unless %named gives one -- and
+# returns its answer: outcome, attempt, response_status, response_body and
+# response_headers (as jsonb text), recovery_point, retry_after_s (seconds).
 sub begin_request
 {
-	my ($node, $db, @call) = @_;
+	my ($node, $db, $scope, $key, $request, %named) = @_;
+	my @call = ($scope, $key, $request, lease => '1 minute', %named);
 	return query_object(
 		$node, $db, sprintf(
 			q{SELECT json_build_object(

@@ -1,0 +1,399 @@
+\echo Use "CREATE EXTENSION idempotency" to load this file. \quit
+
+-- ---------------------------------------------------------------------------
+-- request_hash: a 32-byte SHA-256 digest of a request
+-- ---------------------------------------------------------------------------
+
+CREATE TYPE @extschema@.request_hash;
+
+CREATE FUNCTION @extschema@.request_hash_in(cstring) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_in' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_out(@extschema@.request_hash) RETURNS cstring
+    AS 'MODULE_PATHNAME', 'request_hash_out' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_recv(internal) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_recv' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_send(@extschema@.request_hash) RETURNS bytea
+    AS 'MODULE_PATHNAME', 'request_hash_send' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE TYPE @extschema@.request_hash (
+    INPUT = @extschema@.request_hash_in,
+    OUTPUT = @extschema@.request_hash_out,
+    RECEIVE = @extschema@.request_hash_recv,
+    SEND = @extschema@.request_hash_send,
+    INTERNALLENGTH = 32,
+    ALIGNMENT = char,
+    STORAGE = plain
+);
+COMMENT ON TYPE @extschema@.request_hash IS
+    'SHA-256 fingerprint of a request (32 bytes; text form is 64 lowercase hex digits)';
+COMMENT ON FUNCTION @extschema@.request_hash_in(cstring) IS 'request_hash text input (64 hex digits)';
+COMMENT ON FUNCTION @extschema@.request_hash_out(@extschema@.request_hash) IS 'request_hash text output';
+COMMENT ON FUNCTION @extschema@.request_hash_recv(internal) IS 'request_hash binary input';
+COMMENT ON FUNCTION @extschema@.request_hash_send(@extschema@.request_hash) IS 'request_hash binary output';
+
+-- Constructors: each hashes its argument.
+CREATE FUNCTION @extschema@.request_hash(bytea) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_from_bytea' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash(bytea) IS 'SHA-256 of the bytes';
+CREATE FUNCTION @extschema@.request_hash(text) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_from_text' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash(text) IS 'SHA-256 of the text''s bytes in the database encoding (UTF-8 in a UTF-8 database)';
+CREATE FUNCTION @extschema@.request_hash(jsonb) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_from_jsonb' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash(jsonb) IS
+    'SHA-256 of a canonical encoding of the document: documents equal as jsonb hash alike';
+CREATE FUNCTION @extschema@.request_hash(VARIADIC text[]) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_from_parts' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash(VARIADIC text[]) IS
+    'SHA-256 of length-prefixed parts (e.g. method, path, body); NULL parts differ from empty ones';
+-- An argument whose type nobody gave (a driver's untyped parameter, a bare
+-- literal) would otherwise resolve to request_hash(text) and hash a JSON body
+-- by its spelling.  This one takes 64 hex digits as a digest, as the literal
+-- form of the type does, and refuses anything else.
+CREATE FUNCTION @extschema@.request_hash(unknown) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_from_unknown' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash(unknown) IS
+    'an untyped argument: 64 hex digits are a digest; anything else is refused (give the argument a type)';
+-- One name per constructor, so that a driver's untyped parameter has exactly
+-- one type it can be.
+CREATE FUNCTION @extschema@.request_hash_jsonb(jsonb) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_from_jsonb' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash_jsonb(jsonb) IS 'request_hash(jsonb) under a name of its own';
+CREATE FUNCTION @extschema@.request_hash_text(text) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_from_text' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash_text(text) IS 'request_hash(text) under a name of its own';
+CREATE FUNCTION @extschema@.request_hash_bytea(bytea) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_from_bytea' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash_bytea(bytea) IS 'request_hash(bytea) under a name of its own';
+CREATE FUNCTION @extschema@.request_hash_parts(VARIADIC text[]) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_from_parts' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash_parts(VARIADIC text[]) IS 'request_hash(VARIADIC text[]) under a name of its own';
+
+-- Casts wrap or expose an existing 32-byte digest; they do not hash.
+CREATE FUNCTION @extschema@.request_hash_from_digest(bytea) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_from_digest' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash_from_digest(bytea) IS
+    'wrap an existing 32-byte SHA-256 digest (the bytea to request_hash cast)';
+CREATE FUNCTION @extschema@.request_hash_digest(@extschema@.request_hash) RETURNS bytea
+    AS 'MODULE_PATHNAME', 'request_hash_digest' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash_digest(@extschema@.request_hash) IS
+    'the 32 digest bytes (the request_hash to bytea cast)';
+CREATE CAST (bytea AS @extschema@.request_hash)
+    WITH FUNCTION @extschema@.request_hash_from_digest(bytea);
+CREATE CAST (@extschema@.request_hash AS bytea)
+    WITH FUNCTION @extschema@.request_hash_digest(@extschema@.request_hash);
+COMMENT ON CAST (bytea AS @extschema@.request_hash) IS 'wraps a 32-byte digest; does not hash';
+COMMENT ON CAST (@extschema@.request_hash AS bytea) IS 'the 32 digest bytes';
+
+-- Comparison: byte-wise, so the btree order is the order of the hex text.
+CREATE FUNCTION @extschema@.request_hash_eq(@extschema@.request_hash, @extschema@.request_hash) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'request_hash_eq' LANGUAGE C IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_ne(@extschema@.request_hash, @extschema@.request_hash) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'request_hash_ne' LANGUAGE C IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_lt(@extschema@.request_hash, @extschema@.request_hash) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'request_hash_lt' LANGUAGE C IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_le(@extschema@.request_hash, @extschema@.request_hash) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'request_hash_le' LANGUAGE C IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_gt(@extschema@.request_hash, @extschema@.request_hash) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'request_hash_gt' LANGUAGE C IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_ge(@extschema@.request_hash, @extschema@.request_hash) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'request_hash_ge' LANGUAGE C IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_cmp(@extschema@.request_hash, @extschema@.request_hash) RETURNS integer
+    AS 'MODULE_PATHNAME', 'request_hash_cmp' LANGUAGE C IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_hash(@extschema@.request_hash) RETURNS integer
+    AS 'MODULE_PATHNAME', 'request_hash_hash' LANGUAGE C IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION @extschema@.request_hash_hash_extended(@extschema@.request_hash, bigint) RETURNS bigint
+    AS 'MODULE_PATHNAME', 'request_hash_hash_extended' LANGUAGE C IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash_eq(@extschema@.request_hash, @extschema@.request_hash) IS 'implementation of = for request_hash';
+COMMENT ON FUNCTION @extschema@.request_hash_ne(@extschema@.request_hash, @extschema@.request_hash) IS 'implementation of <> for request_hash';
+COMMENT ON FUNCTION @extschema@.request_hash_lt(@extschema@.request_hash, @extschema@.request_hash) IS 'implementation of < for request_hash';
+COMMENT ON FUNCTION @extschema@.request_hash_le(@extschema@.request_hash, @extschema@.request_hash) IS 'implementation of <= for request_hash';
+COMMENT ON FUNCTION @extschema@.request_hash_gt(@extschema@.request_hash, @extschema@.request_hash) IS 'implementation of > for request_hash';
+COMMENT ON FUNCTION @extschema@.request_hash_ge(@extschema@.request_hash, @extschema@.request_hash) IS 'implementation of >= for request_hash';
+COMMENT ON FUNCTION @extschema@.request_hash_cmp(@extschema@.request_hash, @extschema@.request_hash) IS 'btree comparison support for request_hash';
+COMMENT ON FUNCTION @extschema@.request_hash_hash(@extschema@.request_hash) IS 'hash support for request_hash';
+COMMENT ON FUNCTION @extschema@.request_hash_hash_extended(@extschema@.request_hash, bigint) IS 'seeded hash support for request_hash';
+
+CREATE OPERATOR @extschema@.= (
+    LEFTARG = @extschema@.request_hash, RIGHTARG = @extschema@.request_hash,
+    FUNCTION = @extschema@.request_hash_eq,
+    COMMUTATOR = OPERATOR(@extschema@.=), NEGATOR = OPERATOR(@extschema@.<>),
+    RESTRICT = eqsel, JOIN = eqjoinsel, HASHES, MERGES
+);
+CREATE OPERATOR @extschema@.<> (
+    LEFTARG = @extschema@.request_hash, RIGHTARG = @extschema@.request_hash,
+    FUNCTION = @extschema@.request_hash_ne,
+    COMMUTATOR = OPERATOR(@extschema@.<>), NEGATOR = OPERATOR(@extschema@.=),
+    RESTRICT = neqsel, JOIN = neqjoinsel
+);
+CREATE OPERATOR @extschema@.< (
+    LEFTARG = @extschema@.request_hash, RIGHTARG = @extschema@.request_hash,
+    FUNCTION = @extschema@.request_hash_lt,
+    COMMUTATOR = OPERATOR(@extschema@.>), NEGATOR = OPERATOR(@extschema@.>=),
+    RESTRICT = scalarltsel, JOIN = scalarltjoinsel
+);
+CREATE OPERATOR @extschema@.<= (
+    LEFTARG = @extschema@.request_hash, RIGHTARG = @extschema@.request_hash,
+    FUNCTION = @extschema@.request_hash_le,
+    COMMUTATOR = OPERATOR(@extschema@.>=), NEGATOR = OPERATOR(@extschema@.>),
+    RESTRICT = scalarlesel, JOIN = scalarlejoinsel
+);
+CREATE OPERATOR @extschema@.> (
+    LEFTARG = @extschema@.request_hash, RIGHTARG = @extschema@.request_hash,
+    FUNCTION = @extschema@.request_hash_gt,
+    COMMUTATOR = OPERATOR(@extschema@.<), NEGATOR = OPERATOR(@extschema@.<=),
+    RESTRICT = scalargtsel, JOIN = scalargtjoinsel
+);
+CREATE OPERATOR @extschema@.>= (
+    LEFTARG = @extschema@.request_hash, RIGHTARG = @extschema@.request_hash,
+    FUNCTION = @extschema@.request_hash_ge,
+    COMMUTATOR = OPERATOR(@extschema@.<=), NEGATOR = OPERATOR(@extschema@.<),
+    RESTRICT = scalargesel, JOIN = scalargejoinsel
+);
+
+CREATE OPERATOR CLASS @extschema@.request_hash_ops
+    DEFAULT FOR TYPE @extschema@.request_hash USING btree AS
+        OPERATOR 1 @extschema@.<,
+        OPERATOR 2 @extschema@.<=,
+        OPERATOR 3 @extschema@.=,
+        OPERATOR 4 @extschema@.>=,
+        OPERATOR 5 @extschema@.>,
+        FUNCTION 1 @extschema@.request_hash_cmp(@extschema@.request_hash, @extschema@.request_hash);
+CREATE OPERATOR CLASS @extschema@.request_hash_hash_ops
+    DEFAULT FOR TYPE @extschema@.request_hash USING hash AS
+        OPERATOR 1 @extschema@.=,
+        FUNCTION 1 @extschema@.request_hash_hash(@extschema@.request_hash),
+        FUNCTION 2 @extschema@.request_hash_hash_extended(@extschema@.request_hash, bigint);
+COMMENT ON OPERATOR CLASS @extschema@.request_hash_ops USING btree IS 'default btree operator class for request_hash';
+COMMENT ON OPERATOR CLASS @extschema@.request_hash_hash_ops USING hash IS 'default hash operator class for request_hash';
+COMMENT ON OPERATOR FAMILY @extschema@.request_hash_ops USING btree IS 'btree operators of request_hash';
+COMMENT ON OPERATOR FAMILY @extschema@.request_hash_hash_ops USING hash IS 'hash operators of request_hash';
+COMMENT ON OPERATOR @extschema@.= (@extschema@.request_hash, @extschema@.request_hash) IS 'equal';
+COMMENT ON OPERATOR @extschema@.<> (@extschema@.request_hash, @extschema@.request_hash) IS 'not equal';
+COMMENT ON OPERATOR @extschema@.< (@extschema@.request_hash, @extschema@.request_hash) IS 'less than (byte-wise)';
+COMMENT ON OPERATOR @extschema@.<= (@extschema@.request_hash, @extschema@.request_hash) IS 'less than or equal (byte-wise)';
+COMMENT ON OPERATOR @extschema@.> (@extschema@.request_hash, @extschema@.request_hash) IS 'greater than (byte-wise)';
+COMMENT ON OPERATOR @extschema@.>= (@extschema@.request_hash, @extschema@.request_hash) IS 'greater than or equal (byte-wise)';
+
+-- ---------------------------------------------------------------------------
+-- Storage: one row per (scope, key), in a schema of its own so that a user's
+-- table of the same name never clashes. Only the C functions below write it,
+-- through the executor's single-row routines (every index, triggers, and
+-- any constraint a DBA adds); the layout is documented in src/store.hpp.
+-- ---------------------------------------------------------------------------
+
+CREATE SCHEMA idempotency;
+COMMENT ON SCHEMA idempotency IS 'private storage of the idempotency extension';
+
+-- Columns that never change after a claim come first: a completing update then
+-- shares a long common prefix with the claim it replaces, which keeps its WAL
+-- record small.  Nothing a completion changes is indexed, so it is a HOT update.
+-- The default fillfactor suffices for that: page pruning removes the claim
+-- versions a completion leaves behind, whereas a lower fillfactor left pages
+-- half empty (measured with make bench: 553 against 313 bytes per key).
+-- Columns added after 0.1.0 follow its columns, in the order the upgrade
+-- scripts add them, so that installed and upgraded tables are alike.
+-- status and attempt have no CHECK constraints: the executor compiles every
+-- CHECK expression afresh for each single-row write, which cost 15% of the
+-- CPU time of a new request (make bench, 0.2.0 development).  The library is
+-- their only writer, and it refuses a version whose status or attempt is out
+-- of range when it reads one (XX001).  (Constraints a DBA adds still apply.)
+CREATE TABLE idempotency.keys (
+    scope            text COLLATE "C" NOT NULL,
+    key              text COLLATE "C" NOT NULL,
+    request          @extschema@.request_hash NOT NULL,
+    created_at       timestamptz NOT NULL,
+    ttl              interval NOT NULL,
+    expires_at       timestamptz NOT NULL,
+    status           "char" NOT NULL,
+    attempt          integer NOT NULL,
+    lease_expires_at timestamptz,
+    completed_at     timestamptz,
+    response_status  integer,
+    recovery_point   text,
+    response_body    jsonb,
+    response_headers jsonb,
+    tenant           pg_catalog.regrole NOT NULL DEFAULT 0,
+    lease            interval,
+    response_body_bytes bytea,
+    response_body_omitted boolean,
+    claim_data       jsonb,
+    sweep_at         timestamptz NOT NULL DEFAULT '-infinity',
+    CONSTRAINT keys_pkey PRIMARY KEY (tenant, scope, key)
+);
+-- expires_at keeps its microseconds and is not indexed, so that a completion
+-- can move it and stay HOT; the sweep finds records through sweep_at, a
+-- whole second 1 to 2 seconds after expires_at, which a write keeps while it
+-- is still in that window: a completion within a second of its claim leaves
+-- it unchanged.
+CREATE INDEX keys_sweep_at_idx ON idempotency.keys (sweep_at);
+COMMENT ON TABLE idempotency.keys IS
+    'one row per (tenant, scope, key): the claim, its lease and the stored response (status p = in progress, c = completed)';
+COMMENT ON COLUMN idempotency.keys.tenant IS
+    'the role that owns the key with idempotency.tenant_isolation = role, else 0 (-); dumped as the role''s name';
+COMMENT ON COLUMN idempotency.keys.sweep_at IS
+    'a whole second 1 to 2 seconds after expires_at: when the expiry sweep looks at the record';
+COMMENT ON INDEX idempotency.keys_sweep_at_idx IS 'drives expiry sweeps';
+REVOKE ALL ON SCHEMA idempotency FROM PUBLIC;
+REVOKE ALL ON TABLE idempotency.keys FROM PUBLIC;
+-- pg_dump must keep the keys: a restore that dropped them would let every
+-- retried request run a second time.
+SELECT pg_catalog.pg_extension_config_dump('idempotency.keys', '');
+
+-- ---------------------------------------------------------------------------
+-- API
+-- ---------------------------------------------------------------------------
+
+CREATE TYPE @extschema@.idempotency_outcome AS ENUM ('claimed', 'replay', 'in_progress', 'mismatch');
+COMMENT ON TYPE @extschema@.idempotency_outcome IS
+    'answer of idempotency_begin: claimed (run the request), replay (return the stored response), in_progress (409, retry later), mismatch (422, key reused for another request)';
+
+-- The functions return named row types rather than OUT parameters: the
+-- executor then takes the row descriptor from the type cache instead of
+-- rebuilding it from pg_proc at every statement start (about 8% of a replay).
+CREATE TYPE @extschema@.idempotency_begin_result AS (
+    outcome @extschema@.idempotency_outcome, attempt integer,
+    response_status integer, response_body jsonb, response_headers jsonb,
+    recovery_point text, retry_after interval,
+    created_at timestamptz, expires_at timestamptz,
+    response_body_bytes bytea, response_body_omitted boolean,
+    status text, lease_expires_at timestamptz, claim_data jsonb);
+COMMENT ON TYPE @extschema@.idempotency_begin_result IS 'result row of idempotency_begin';
+
+CREATE FUNCTION @extschema@.idempotency_begin(
+    scope text, key text, request @extschema@.request_hash,
+    ttl interval DEFAULT NULL, lease interval DEFAULT NULL, wait interval DEFAULT NULL,
+    claim_data jsonb DEFAULT NULL, take_over_mismatch boolean DEFAULT false)
+    RETURNS @extschema@.idempotency_begin_result
+    AS 'MODULE_PATHNAME', 'idempotency_begin' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.idempotency_begin(text, text, @extschema@.request_hash, interval, interval, interval, jsonb, boolean) IS
+    'claim (scope, key) for this request in the calling transaction, or report its replay, in_progress or mismatch state';
+
+CREATE FUNCTION @extschema@.idempotency_complete(
+    scope text, key text, response_status integer,
+    response_body jsonb DEFAULT NULL, response_headers jsonb DEFAULT NULL, attempt integer DEFAULT NULL,
+    response_body_bytes bytea DEFAULT NULL, replace boolean DEFAULT false)
+    RETURNS boolean
+    AS 'MODULE_PATHNAME', 'idempotency_complete' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.idempotency_complete(text, text, integer, jsonb, jsonb, integer, bytea, boolean) IS
+    'record the response of a claimed key (or, with replace and the attempt, of a completed one); false when a server error (>= 500) was not stored and the claim was dropped instead';
+
+CREATE FUNCTION @extschema@.idempotency_checkpoint(
+    scope text, key text, recovery_point text, lease interval DEFAULT NULL, attempt integer DEFAULT NULL)
+    RETURNS timestamptz
+    AS 'MODULE_PATHNAME', 'idempotency_checkpoint' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.idempotency_checkpoint(text, text, text, interval, integer) IS
+    'record progress of a claimed key and extend its lease; returns the new lease end';
+
+CREATE FUNCTION @extschema@.idempotency_release(scope text, key text, attempt integer DEFAULT NULL)
+    RETURNS void
+    AS 'MODULE_PATHNAME', 'idempotency_release' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.idempotency_release(text, text, integer) IS
+    'end the lease of an in-progress claim so that the next begin claims it again with attempt + 1';
+
+CREATE FUNCTION @extschema@.idempotency_forget(scope text, key text, attempt integer DEFAULT NULL)
+    RETURNS boolean
+    AS 'MODULE_PATHNAME', 'idempotency_forget' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.idempotency_forget(text, text, integer) IS
+    'delete the record of a key (an unfinished claim of another transaction only with its attempt); false when there was none';
+
+CREATE TYPE @extschema@.idempotency_lookup_result AS (
+    status text, request @extschema@.request_hash, attempt integer,
+    response_status integer, response_body jsonb, response_headers jsonb,
+    recovery_point text, created_at timestamptz, lease_expires_at timestamptz,
+    completed_at timestamptz, expires_at timestamptz,
+    response_body_bytes bytea, response_body_omitted boolean,
+    claim_data jsonb, committed boolean);
+COMMENT ON TYPE @extschema@.idempotency_lookup_result IS 'result row of idempotency_lookup';
+
+-- VOLATILE: with latest => true it reads the newest version, not the
+-- statement's snapshot.
+CREATE FUNCTION @extschema@.idempotency_lookup(scope text, key text, latest boolean DEFAULT false)
+    RETURNS SETOF @extschema@.idempotency_lookup_result
+    AS 'MODULE_PATHNAME', 'idempotency_lookup' LANGUAGE C VOLATILE PARALLEL SAFE ROWS 1;
+COMMENT ON FUNCTION @extschema@.idempotency_lookup(text, text, boolean) IS
+    'the live record of (scope, key) as the statement''s snapshot sees it, or with latest the newest one as idempotency_begin sees it; no row when absent or expired';
+
+CREATE FUNCTION @extschema@.idempotency_keys(
+    scope text, after_key text DEFAULT NULL, max_keys integer DEFAULT 100)
+    RETURNS TABLE (key text, status text, attempt integer, response_status integer,
+                   created_at timestamptz, lease_expires_at timestamptz,
+                   completed_at timestamptz, expires_at timestamptz, committed boolean)
+    AS 'MODULE_PATHNAME', 'idempotency_keys' LANGUAGE C STABLE PARALLEL SAFE ROWS 100;
+COMMENT ON FUNCTION @extschema@.idempotency_keys(text, text, integer) IS
+    'a page of the live keys of a scope after after_key, in key order, without bodies';
+
+CREATE FUNCTION @extschema@.idempotency_key_problem(scope text, key text) RETURNS text
+    AS 'MODULE_PATHNAME', 'idempotency_key_problem' LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.idempotency_key_problem(text, text) IS
+    'what makes a scope and key unacceptable to the other functions (empty, too long, null), or NULL: a 400 without an error';
+
+REVOKE ALL ON FUNCTION @extschema@.idempotency_begin(text, text, @extschema@.request_hash, interval, interval, interval, jsonb, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_complete(text, text, integer, jsonb, jsonb, integer, bytea, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_checkpoint(text, text, text, interval, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_release(text, text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_forget(text, text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_lookup(text, text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_keys(text, text, integer) FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
+-- Expiry and statistics
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION @extschema@.idempotency_expire(max_rows bigint DEFAULT NULL) RETURNS bigint
+    AS 'MODULE_PATHNAME', 'idempotency_expire' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.idempotency_expire(bigint) IS
+    'delete up to max_rows expired keys of this database now (all when NULL); returns the number deleted';
+
+-- Numbers only (seconds as double precision, times as seconds since the
+-- epoch), which exporters such as postgres_exporter can read.
+CREATE FUNCTION @extschema@.idempotency_stats(
+    OUT preloaded boolean,
+    OUT claims bigint, OUT replays bigint, OUT mismatches bigint, OUT in_progress bigint,
+    OUT waits bigint, OUT wait_seconds double precision,
+    OUT completes bigint, OUT server_errors_dropped bigint, OUT responses_omitted bigint,
+    OUT responses_replaced bigint, OUT checkpoints bigint, OUT releases bigint, OUT forgets bigint,
+    OUT keys_expired bigint, OUT sweeps bigint,
+    OUT last_sweep_time double precision, OUT last_sweep_seconds double precision,
+    OUT last_error text, OUT last_error_time double precision)
+    AS 'MODULE_PATHNAME', 'idempotency_stats' LANGUAGE C VOLATILE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.idempotency_stats() IS
+    'counters of the whole server since it started; NULL unless the library is in shared_preload_libraries';
+
+CREATE FUNCTION @extschema@.idempotency_scope_stats(
+    OUT scope text, OUT in_progress bigint, OUT completed bigint, OUT expired bigint,
+    OUT oldest_created_at timestamptz)
+    RETURNS SETOF record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT k.scope,
+               count(*) FILTER (WHERE k.status OPERATOR(pg_catalog.=) 'p'::"char"),
+               count(*) FILTER (WHERE k.status OPERATOR(pg_catalog.=) 'c'::"char"),
+               count(*) FILTER (WHERE k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()),
+               pg_catalog.min(k.created_at)
+          FROM idempotency.keys AS k
+         GROUP BY k.scope
+         ORDER BY k.scope
+    $$;
+COMMENT ON FUNCTION @extschema@.idempotency_scope_stats() IS
+    'per scope: keys in progress, completed, past their expiry time, and the oldest claim (reads the table)';
+
+REVOKE ALL ON FUNCTION @extschema@.idempotency_expire(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idempotency_stats() TO pg_monitor;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_scope_stats() FROM PUBLIC;
+
+-- Without shared_preload_libraries the functions work, but nothing expires
+-- keys and nothing counts (after a restore into a fresh cluster, say): say so,
+-- as a WARNING, since CREATE EXTENSION runs its script with NOTICEs off.
+-- (The call is unqualified, resolved through the search_path CREATE EXTENSION
+-- sets, because @extschema@ must not appear inside a quoted body.)
+DO $$
+BEGIN
+    IF NOT (SELECT s.preloaded FROM idempotency_stats() AS s) THEN
+        RAISE WARNING 'idempotency is not in shared_preload_libraries: keys will not expire by themselves and idempotency_stats() counts nothing'
+            USING HINT = 'Add idempotency to shared_preload_libraries and restart, or schedule SELECT idempotency_expire(); see the README, "Expiry".';
+    END IF;
+END
+$$;

@@ -1,0 +1,99 @@
+-- What a DBA may add to idempotency.keys is honoured by every write, as by
+-- an ordinary INSERT, UPDATE or DELETE: indexes get their entries, row
+-- triggers fire, constraints are checked -- and errors those raise do not
+-- print the row (scope, key, response) in their DETAIL.
+-- (Quietly: without shared_preload_libraries it warns; t/001_preload.pl tests that.)
+SET client_min_messages = error;
+CREATE EXTENSION idempotency;
+RESET client_min_messages;
+
+-- Runs a statement and shows "SQLSTATE: message" and the DETAIL, if any.
+CREATE FUNCTION pg_temp.try(statement text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    detail text;
+BEGIN
+    EXECUTE statement;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
+    RETURN SQLSTATE || ': ' || SQLERRM || coalesce(E'\nDETAIL: ' || nullif(detail, ''), '');
+END
+$$;
+
+-- An index added by hand is maintained by claims, completions and expiry.
+CREATE INDEX keys_request_idx ON idempotency.keys (request);
+BEGIN;
+SELECT outcome FROM idempotency_begin('s', 'indexed', request_hash('r'::text));
+SELECT idempotency_complete('s', 'indexed', 201, '{"order": 1}');
+COMMIT;
+SET enable_seqscan = off;
+SELECT key FROM idempotency.keys WHERE request = request_hash('r'::text);
+RESET enable_seqscan;
+DROP INDEX idempotency.keys_request_idx;
+
+-- AFTER ROW triggers fire for every write, the sweep's deletes included (the
+-- way trigger-based tools such as pg_repack follow the table).
+CREATE TABLE key_changes (op text, key text, status "char");
+CREATE FUNCTION log_key_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO key_changes VALUES (TG_OP, OLD.key, OLD.status);
+    ELSE
+        INSERT INTO key_changes VALUES (TG_OP, NEW.key, NEW.status);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER log_changes AFTER INSERT OR UPDATE OR DELETE ON idempotency.keys
+    FOR EACH ROW EXECUTE FUNCTION log_key_change();
+BEGIN;
+SELECT outcome FROM idempotency_begin('s', 'logged', request_hash('r'::text), ttl => '1 hour');
+SELECT idempotency_complete('s', 'logged', 201);
+COMMIT;
+SELECT outcome FROM idempotency_begin('s', 'two-phase', request_hash('r'::text), lease => '1 hour');
+SELECT idempotency_checkpoint('s', 'two-phase', 'charged') > now() AS lease_renewed;
+UPDATE idempotency.keys SET expires_at = now() - interval '1 second', sweep_at = now() - interval '1 second'
+ WHERE key = 'logged';
+SELECT idempotency_expire() AS expired;
+SELECT * FROM key_changes;
+DROP TRIGGER log_changes ON idempotency.keys;
+
+-- A BEFORE ROW trigger that suppresses the write would leave a claim or a
+-- response silently unwritten: 09000, and nothing is written.
+CREATE FUNCTION drop_writes() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+CREATE TRIGGER drop_writes BEFORE INSERT ON idempotency.keys
+    FOR EACH ROW EXECUTE FUNCTION drop_writes();
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'suppressed', request_hash('r'::text)) $$);
+DROP TRIGGER drop_writes ON idempotency.keys;
+SELECT count(*) AS suppressed FROM idempotency.keys WHERE key = 'suppressed';
+
+-- A unique index or a check constraint that a write violates: the error
+-- names the constraint, and its DETAIL does not show the row.
+CREATE UNIQUE INDEX keys_key_unique ON idempotency.keys (key);
+SELECT pg_temp.try($$ SELECT idempotency_begin('secret-scope', 'two-phase', request_hash('secret'::text)) $$);
+DROP INDEX idempotency.keys_key_unique;
+ALTER TABLE idempotency.keys ADD CONSTRAINT small_responses
+    CHECK (response_body IS NULL OR pg_column_size(response_body) < 100);
+BEGIN;
+SELECT outcome FROM idempotency_begin('s', 'big', request_hash('big'::text));
+SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'big', 200, jsonb_build_object('secret', repeat('x', 200))) $$);
+ROLLBACK;
+ALTER TABLE idempotency.keys DROP CONSTRAINT small_responses;
+
+-- A row changed by hand to a status or attempt the library never writes is
+-- refused when read (XX001), rather than taken for a claim; its key answers
+-- again once the row is corrected.
+BEGIN;
+SELECT outcome FROM idempotency_begin('s', 'edited', request_hash('r'::text));
+SELECT idempotency_complete('s', 'edited', 200);
+COMMIT;
+UPDATE idempotency.keys SET status = 'x' WHERE key = 'edited';
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'edited', request_hash('r'::text)) $$);
+SELECT pg_temp.try($$ SELECT * FROM idempotency_lookup('s', 'edited') $$);
+UPDATE idempotency.keys SET status = 'c', attempt = 0 WHERE key = 'edited';
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'edited', request_hash('r'::text)) $$);
+UPDATE idempotency.keys SET attempt = 1 WHERE key = 'edited';
+SELECT outcome FROM idempotency_begin('s', 'edited', request_hash('r'::text));
+
+DROP TABLE key_changes;
+DROP FUNCTION log_key_change(), drop_writes();
+DROP EXTENSION idempotency;

@@ -1,0 +1,206 @@
+// Arguments of the SQL functions; see arguments.hpp.
+#include "arguments.hpp"
+#include "boundary.hpp"
+#include "module.hpp"
+
+extern "C"
+{
+#include "access/detoast.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+}
+
+namespace idempotency::arguments
+{
+
+// Compared with an interval's length as interval comparison sees it.
+constexpr int64 max_ttl_or_lease_us = int64(settings::max_duration_s) * USECS_PER_SEC;
+
+Datum required_arg(FunctionCallInfo fcinfo, int n, const char *name)
+{
+    if (PG_ARGISNULL(n))
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                        errmsg("%s must not be null", name), errhidestmt(true)));
+    return PG_GETARG_DATUM(n);
+}
+
+static bool too_long(Datum value)
+{
+    return int(VARSIZE_ANY_EXHDR(DatumGetTextPP(value))) > settings::max_key_length;
+}
+
+KeyProblem key_problem(Datum scope, Datum key)
+{
+    if (VARSIZE_ANY_EXHDR(DatumGetTextPP(key)) == 0)
+        return KeyProblem::empty_key;
+    if (too_long(scope))
+        return KeyProblem::long_scope;
+    return too_long(key) ? KeyProblem::long_key : KeyProblem::none;
+}
+
+[[noreturn]] static void report_too_long(Datum value, const char *name)
+{
+    ereport(ERROR, (errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+                    errmsg("%s \"%s\" is too long (%d bytes)", name, key_for_message(value),
+                           int(VARSIZE_ANY_EXHDR(DatumGetTextPP(value)))),
+                    errdetail("idempotency.max_key_length is %d bytes.", settings::max_key_length),
+                    errhidestmt(true)));
+    pg_unreachable();
+}
+
+// With idempotency.tenant_isolation = role, every key belongs to the role
+// that calls (current_user: SET ROLE and SECURITY DEFINER functions change
+// it), held in a column of its own: no scope a caller passes can name another
+// role's keys.  Without it, keys belong to no role.
+Oid tenant_of_caller()
+{
+    return settings::tenant_isolation == settings::tenant_isolation_role ? GetUserId() : InvalidOid;
+}
+
+store::Key key_args(FunctionCallInfo fcinfo)
+{
+    store::Key args;
+    args.tenant = tenant_of_caller();
+    args.scope = PointerGetDatum(DatumGetTextPP(required_arg(fcinfo, 0, "scope")));
+    args.key = PointerGetDatum(DatumGetTextPP(required_arg(fcinfo, 1, "key")));
+    switch (key_problem(args.scope, args.key))
+    {
+        case KeyProblem::empty_key:
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("key must not be empty"), errhidestmt(true)));
+            break;
+        case KeyProblem::long_scope:
+            report_too_long(args.scope, "scope");
+        case KeyProblem::long_key:
+            report_too_long(args.key, "key");
+        case KeyProblem::none:
+            break;
+    }
+    return args;
+}
+
+// An interval's length as interval comparison sees it (a month is 30 days).
+__int128 interval_span_us(const Interval *interval)
+{
+    return (__int128)interval->time + (__int128)interval->day * USECS_PER_DAY +
+           (__int128)interval->month * DAYS_PER_MONTH * USECS_PER_DAY;
+}
+
+static const char *interval_text(const Interval *interval)
+{
+    return DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(interval)));
+}
+
+Interval *interval_from_us(int64 us)
+{
+    Interval *interval = static_cast<Interval *>(palloc0(sizeof(Interval)));
+    interval->time = us;
+    return interval;
+}
+
+bool has_arg(FunctionCallInfo fcinfo, int n)
+{
+    return n < PG_NARGS() && !PG_ARGISNULL(n);
+}
+
+// An optional interval argument within (min, max], or [0, max] when zero is
+// allowed; nullptr when not given.
+static Interval *optional_interval_arg(FunctionCallInfo fcinfo, int n, const char *name,
+                                       bool zero_allowed, int64 max_us, const char *range_text)
+{
+    if (!has_arg(fcinfo, n))
+        return nullptr;
+    Interval *interval = PG_GETARG_INTERVAL_P(n);
+    __int128 span = interval_span_us(interval);
+    if (span < 0 || (span == 0 && !zero_allowed) || span > max_us)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("invalid %s \"%s\"", name, interval_text(interval)),
+                        errdetail("%s must be %s.", name, range_text), errhidestmt(true)));
+    return interval;
+}
+
+Interval *ttl_arg(FunctionCallInfo fcinfo, int n)
+{
+    Interval *ttl = optional_interval_arg(fcinfo, n, "ttl", false, max_ttl_or_lease_us,
+                                          "greater than zero and at most 3650 days");
+    return ttl ? ttl : interval_from_us(int64(settings::default_ttl_s) * USECS_PER_SEC);
+}
+
+// The lease argument, nullptr when not given: the caller knows the default.
+Interval *optional_lease_arg(FunctionCallInfo fcinfo, int n)
+{
+    return optional_interval_arg(fcinfo, n, "lease", false, max_ttl_or_lease_us,
+                                 "greater than zero and at most 3650 days");
+}
+
+Interval *default_lease()
+{
+    return interval_from_us(int64(settings::default_lease_ms) * 1000);
+}
+
+int64 wait_arg_us(FunctionCallInfo fcinfo, int n)
+{
+    Interval *wait =
+        optional_interval_arg(fcinfo, n, "wait", true, max_wait_us, "between 0 and 1 hour");
+    return wait ? int64(interval_span_us(wait)) : int64(settings::default_wait_ms) * 1000;
+}
+
+bool optional_int_arg(FunctionCallInfo fcinfo, int n, int32 *value)
+{
+    if (!has_arg(fcinfo, n))
+        return false;
+    *value = PG_GETARG_INT32(n);
+    return true;
+}
+
+void require_writable(const char *function)
+{
+    if (RecoveryInProgress())
+        ereport(ERROR, (errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+                        errmsg("cannot call %s() during recovery", function),
+                        errhint("Call it on the primary; idempotency_lookup() works on a standby."),
+                        errhidestmt(true)));
+    if (XactReadOnly)
+        ereport(ERROR, (errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+                        errmsg("cannot call %s() in a read-only transaction", function),
+                        errhidestmt(true)));
+}
+
+TimestampTz plus_interval(TimestampTz t, const Interval *interval)
+{
+    return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(t),
+                                                   IntervalPGetDatum(interval)));
+}
+
+// The uncompressed size of a varlena argument, 0 when not given.
+int64 argument_bytes(FunctionCallInfo fcinfo, int n)
+{
+    return has_arg(fcinfo, n) ? int64(toast_raw_datum_size(PG_GETARG_DATUM(n))) : 0;
+}
+
+// A recovery point is limited by idempotency.max_response_bytes.
+void check_stored_size(int64 bytes, const char *what, const store::Key &key)
+{
+    if (bytes > settings::max_response_bytes)
+        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                        errmsg("%s of idempotency key \"%s\" is too large (%lld bytes)", what,
+                               key_for_message(key.key), (long long)bytes),
+                        errdetail("idempotency.max_response_bytes is %d bytes.",
+                                  settings::max_response_bytes),
+                        errhidestmt(true)));
+}
+
+// Columns that a table still at 0.1.0 lacks cannot take what the caller gave.
+void require_column(const store::Storage &storage, store::Column column, const char *what)
+{
+    if (!storage.has(column))
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("%s needs the extension's 0.2.0 storage", what),
+                        errhint("Run ALTER EXTENSION idempotency UPDATE in this database."),
+                        errhidestmt(true)));
+}
+
+} // namespace idempotency::arguments

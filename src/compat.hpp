@@ -1,0 +1,85 @@
+// Every difference between the PostgreSQL versions the extension supports
+// (15 to 18) that its code meets, as one small wrapper each.  No other file
+// tests PG_VERSION_NUM; a new major version is ported here.
+#pragma once
+
+#include "pg.hpp"
+
+extern "C"
+{
+#include "catalog/pg_database.h"
+#include "executor/executor.h"
+#include "nodes/parsenodes.h"
+#include "storage/proc.h"
+#include "utils/relcache.h"
+#if PG_VERSION_NUM >= 160000
+#include "parser/parse_relation.h"
+#endif
+}
+
+namespace idempotency::compat
+{
+
+// The local transaction id of this backend's current transaction (moved
+// into MyProc->vxid in 17).
+inline LocalTransactionId current_lxid()
+{
+#if PG_VERSION_NUM >= 170000
+    return MyProc->vxid.lxid;
+#else
+    return MyProc->lxid;
+#endif
+}
+
+// The executor's range table for a single relation, as the logical
+// replication apply worker builds it: permission info moved out of the range
+// table entry in 16, and 18 wants the set of unpruned relations.
+inline void init_range_table(EState *estate, RangeTblEntry *rte)
+{
+#if PG_VERSION_NUM >= 160000
+    List *perminfos = NIL;
+    addRTEPermissionInfo(&perminfos, rte);
+#endif
+#if PG_VERSION_NUM >= 180000
+    ExecInitRangeTable(estate, list_make1(rte), perminfos, bms_make_singleton(1));
+#elif PG_VERSION_NUM >= 160000
+    ExecInitRangeTable(estate, list_make1(rte), perminfos);
+#else
+    ExecInitRangeTable(estate, list_make1(rte));
+#endif
+}
+
+// An EvalPlanQual state without a plan, which the single-row executor
+// routines take (16 added the result relations argument).
+inline void init_epq(EPQState *epq, EState *estate)
+{
+#if PG_VERSION_NUM >= 160000
+    EvalPlanQualInit(epq, estate, nullptr, NIL, -1, NIL);
+#else
+    EvalPlanQualInit(epq, estate, nullptr, NIL, -1);
+#endif
+}
+
+// The table's primary key index, InvalidOid if none (18 added the choice of
+// accepting a deferrable one; ours is never deferrable).
+inline Oid primary_key_index(Relation heap)
+{
+#if PG_VERSION_NUM >= 180000
+    return RelationGetPrimaryKeyIndex(heap, false);
+#else
+    return RelationGetPrimaryKeyIndex(heap);
+#endif
+}
+
+// A database that an interrupted DROP DATABASE left behind (datconnlimit
+// -2, from 16 and the 15.4 minor release on).
+inline bool database_is_invalid(Form_pg_database database)
+{
+#ifdef DATCONNLIMIT_INVALID_DB
+    return database->datconnlimit == DATCONNLIMIT_INVALID_DB;
+#else
+    return false;
+#endif
+}
+
+} // namespace idempotency::compat
