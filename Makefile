@@ -49,8 +49,20 @@ endif
 -include $(OBJS:.o=.d)
 
 .PHONY: test demo bench bench-expiry bench-scale fuzz sanitize
+# `make test` tests the PostgreSQL that PG_CONFIG names (default: the host's
+# Debian PostgreSQL 15).  `make test PG=N` tests PostgreSQL N: the host's own
+# when Debian's /usr/lib/postgresql/N is installed here, else inside
+# test/chroot's cached chroot for N (17: Debian trixie, 18: sid; made on
+# first use, needs root), on a copy of the tree.
+PG ?=
 test:
+ifeq ($(PG),)
 	bash test/run
+else ifneq ($(wildcard /usr/lib/postgresql/$(PG)/bin/pg_config),)
+	PG_CONFIG=/usr/lib/postgresql/$(PG)/bin/pg_config bash test/run
+else
+	bash test/chroot test $(PG)
+endif
 demo:
 	bash test/demo
 bench:

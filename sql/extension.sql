@@ -7,14 +7,20 @@ RESET client_min_messages;
 -- pg_dump keeps the keys (a restore without them would replay nothing).
 SELECT extconfig::regclass[] AS dumped_tables, extcondition FROM pg_extension WHERE extname = 'idempotency';
 
--- Every object the extension creates carries a comment (implicit array
--- types and the primary key's index excepted).
+-- Every object the extension creates carries a comment (the primary key's
+-- index and the types PostgreSQL makes implicitly excepted: array types and
+-- a table's row type, which 17 and later record as members too).
 SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS uncommented
   FROM pg_depend d
  WHERE d.refclassid = 'pg_extension'::regclass
    AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idempotency')
    AND d.deptype = 'e'
    AND obj_description(d.objid, d.classid::regclass::name) IS NULL
+   AND NOT EXISTS (SELECT FROM pg_type t
+                    WHERE d.classid = 'pg_type'::regclass AND t.oid = d.objid
+                      AND (EXISTS (SELECT FROM pg_type e WHERE e.typarray = t.oid)
+                           OR EXISTS (SELECT FROM pg_class c
+                                       WHERE c.oid = t.typrelid AND c.relkind <> 'c')))
  ORDER BY 1;
 
 -- A user's own table named like the usual hand-written one does not clash.

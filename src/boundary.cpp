@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "compat.hpp"
+
 extern "C"
 {
 #include "mb/pg_wchar.h"

@@ -7,6 +7,7 @@
 
 extern "C"
 {
+#include "access/genam.h"
 #include "catalog/pg_database.h"
 #include "executor/executor.h"
 #include "nodes/parsenodes.h"
@@ -14,6 +15,9 @@ extern "C"
 #include "utils/relcache.h"
 #if PG_VERSION_NUM >= 160000
 #include "parser/parse_relation.h"
+// The varlena macros (VARDATA_ANY, VARSIZE_ANY_EXHDR, ...), which postgres.h
+// itself defined before 16.
+#include "varatt.h"
 #endif
 }
 
@@ -57,6 +61,17 @@ inline void init_epq(EPQState *epq, EState *estate)
     EvalPlanQualInit(epq, estate, nullptr, NIL, -1, NIL);
 #else
     EvalPlanQualInit(epq, estate, nullptr, NIL, -1);
+#endif
+}
+
+// An index scan with nkeys scan keys and no ordering operators, without
+// instrumentation (18 added the instrument argument).
+inline IndexScanDesc begin_index_scan(Relation heap, Relation index, Snapshot snapshot, int nkeys)
+{
+#if PG_VERSION_NUM >= 180000
+    return index_beginscan(heap, index, snapshot, nullptr, nkeys, 0);
+#else
+    return index_beginscan(heap, index, snapshot, nkeys, 0);
 #endif
 }
 

@@ -399,7 +399,7 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
     count++;
     ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_TEXTEQ, key.key);
     count++;
-    IndexScanDesc scan = index_beginscan(storage.heap, storage.pkey, snapshot, count, 0);
+    IndexScanDesc scan = compat::begin_index_scan(storage.heap, storage.pkey, snapshot, count);
     index_rescan(scan, keys, count, nullptr, 0);
     TupleTableSlot *slot = table_slot_create(storage.heap, nullptr);
     const bool dirty = snapshot->snapshot_type == SNAPSHOT_DIRTY;
@@ -638,7 +638,7 @@ KeyScan begin_key_scan(const Storage &storage, Oid tenant, Datum scope, Datum af
         count++;
     }
     KeyScan key_scan;
-    key_scan.scan = index_beginscan(storage.heap, storage.pkey, snapshot, count, 0);
+    key_scan.scan = compat::begin_index_scan(storage.heap, storage.pkey, snapshot, count);
     index_rescan(key_scan.scan, keys, count, nullptr, 0);
     key_scan.slot = table_slot_create(storage.heap, nullptr);
     return key_scan;
@@ -745,8 +745,8 @@ static void delete_expired(Sweep &sweep, TimestampTz now)
 {
     ScanKeyData bound;
     ScanKeyInit(&bound, 1, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
-    IndexScanDesc scan = index_beginscan(
-        sweep.storage.heap, expiry_index(sweep.storage, sweep.writes), GetActiveSnapshot(), 1, 0);
+    IndexScanDesc scan = compat::begin_index_scan(
+        sweep.storage.heap, expiry_index(sweep.storage, sweep.writes), GetActiveSnapshot(), 1);
     index_rescan(scan, &bound, 1, nullptr, 0);
     while (sweep.has_room() && index_getnext_slot(scan, ForwardScanDirection, sweep.slot))
     {
@@ -767,7 +767,7 @@ static Oid next_tenant(Sweep &sweep, Oid after)
     ScanKeyData bound;
     ScanKeyInit(&bound, 1, BTGreaterStrategyNumber, F_OIDGT, ObjectIdGetDatum(after));
     IndexScanDesc scan =
-        index_beginscan(sweep.storage.heap, sweep.storage.pkey, GetActiveSnapshot(), 1, 0);
+        compat::begin_index_scan(sweep.storage.heap, sweep.storage.pkey, GetActiveSnapshot(), 1);
     index_rescan(scan, &bound, 1, nullptr, 0);
     Oid tenant = InvalidOid;
     bool isnull;
@@ -793,8 +793,8 @@ static void delete_orphaned(Sweep &sweep)
             continue;
         ScanKeyData owner;
         ScanKeyInit(&owner, 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(tenant));
-        IndexScanDesc scan =
-            index_beginscan(sweep.storage.heap, sweep.storage.pkey, GetActiveSnapshot(), 1, 0);
+        IndexScanDesc scan = compat::begin_index_scan(sweep.storage.heap, sweep.storage.pkey,
+                                                      GetActiveSnapshot(), 1);
         index_rescan(scan, &owner, 1, nullptr, 0);
         while (sweep.has_room() && index_getnext_slot(scan, ForwardScanDirection, sweep.slot))
         {

@@ -10,9 +10,26 @@
 # cluster_socket cluster_port cluster_log (start_cluster), redis_dir
 # redis_socket redis_job (start_redis).
 
-# What building and running needs on Debian 12; pgbench and psql come with
-# postgresql-15 (and its dependency postgresql-client-15).
-readonly lib_packages=(postgresql-15 postgresql-server-dev-15 libssl-dev g++ make)
+# The major version of the PostgreSQL to use, before it may be installed:
+# from the path of a Debian pg_config (/usr/lib/postgresql/N/bin/pg_config),
+# else by asking the pg_config that PG_CONFIG names.
+lib_pg_major() {
+    local wanted=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config} found
+    if [[ $wanted =~ ^/usr/lib/postgresql/([0-9]+)/bin/pg_config$ ]]; then
+        echo "${BASH_REMATCH[1]}"
+    elif found=$(command -v "$wanted") && [[ $("$found" --version) =~ ^PostgreSQL\ ([0-9]+) ]]; then
+        echo "${BASH_REMATCH[1]}"
+    else
+        printf '%s: cannot tell the PostgreSQL version of %s (set PG_CONFIG)\n' "${0##*/}" "$wanted" >&2
+        return 1
+    fi
+}
+lib_major=$(lib_pg_major) || exit 1
+readonly lib_major
+
+# What building and running needs on Debian; pgbench and psql come with
+# postgresql-N (and its dependency postgresql-client-N).
+readonly lib_packages=("postgresql-$lib_major" "postgresql-server-dev-$lib_major" libssl-dev g++ make)
 
 scratch=''
 server_user=''

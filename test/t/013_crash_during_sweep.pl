@@ -7,7 +7,9 @@
 # resumes and deletes the whole expired backlog.
 #
 # Two crashes: kill -9 of a sweeper while it deletes, and an immediate stop
-# of the server while sweeps run.
+# of the server while sweeps run.  The test does not race the sweep: a
+# BEFORE DELETE trigger makes the sweeper wait, in the middle of a batch, on
+# an advisory lock the test holds, and the crash comes once it waits there.
 use strict;
 use warnings;
 use FindBin;
@@ -16,16 +18,20 @@ use IdempotencyTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
 
-# Large enough that the sweep (some 250,000 keys a second) takes seconds.
+# Expired keys added per round; the sweep deletes them in key order (see
+# add_backlog) and batches of $batch.
 my $backlog = 1_000_000;
+my $batch = 2000;
+# The backlog key at which a round's sweep waits: two batches are committed
+# by then, and the third has deleted 999 keys it has not committed.
+my $held_at = 2 * $batch + 1000;
 # Cluster.pm turns restart_after_crash off; a killed sweeper must make the
 # postmaster reinitialise and run crash recovery, as in production.
 my $node = new_node('sweep',
 	conf => [
 		'restart_after_crash = on', "idempotency.expire_interval = '100ms'",
-		'idempotency.expire_batch_size = 2000'
+		"idempotency.expire_batch_size = $batch"
 	]);
 my $db = 'postgres';
 
@@ -94,54 +100,62 @@ is( query(
 # ---------------------------------------------------------------------------
 
 # Adds an expired backlog, written directly in one transaction: keys
-# completed a day past their expiry.  The sweep sees them all at once.
+# completed a day past their expiry.  The sweep sees them all at once, and
+# finds them in sweep_at order, which is key order here (one microsecond
+# apart), so the test knows which key each batch reaches.
 sub add_backlog
 {
 	my ($round) = @_;
 	query(qq{
 		INSERT INTO idempotency.keys (scope, key, request, created_at, ttl, expires_at, status,
 		    attempt, lease_expires_at, completed_at, response_status, recovery_point,
-		    response_body, response_headers)
+		    response_body, response_headers, sweep_at)
 		SELECT 'backlog', '$round-' || g, request_hash(g::text), now() - interval '2 days',
 		       interval '1 day', now() - interval '1 day', 'c', 1, NULL, now() - interval '2 days',
-		       200, NULL, jsonb_build_object('n', g), NULL
+		       200, NULL, jsonb_build_object('n', g), NULL,
+		       now() - interval '1 day' + g * interval '1 microsecond'
 		  FROM generate_series(1, $backlog) AS g});
 	return;
 }
 
-# The pid of a sweeper in the middle of a delete batch in $db, or ''.
-sub busy_sweeper
-{
-	return query(
-		q{SELECT pid FROM pg_stat_activity
-		  WHERE backend_type = 'idempotency sweeper' AND state = 'active'
-		    AND datname = current_database() LIMIT 1});
-}
+# Deleting backlog key $round-$held_at makes the deleting transaction wait
+# for a shared advisory lock on 13013 -- in the middle of a sweep batch, since
+# the sweep deletes through the executor, which fires row triggers.
+query(q{
+	CREATE FUNCTION wait_for_test() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		PERFORM pg_catalog.pg_advisory_xact_lock_shared(13013);
+		RETURN OLD;
+	END $$});
 
-# Adds a backlog, waits until the sweep has committed some of its deletions,
-# then until a sweeper is busy, and runs $crash->($pid) on it while part of
-# the backlog is left.  Returns the backlog left just before the crash.
+# Adds a backlog while the test holds the advisory lock, waits until a
+# sweeper is stuck on it at key $round-$held_at, and runs $crash->($pid) on
+# that sweeper.  Returns the backlog left, as committed, at the crash.
 sub crash_mid_sweep
 {
 	my ($round, $crash) = @_;
+	my $holder = $node->background_psql($db);
+	$holder->query_safe('SELECT pg_advisory_lock(13013)');
+	query(qq{
+		CREATE TRIGGER hold_sweep BEFORE DELETE ON idempotency.keys FOR EACH ROW
+		  WHEN (OLD.scope = 'backlog' AND OLD.key = '$round-$held_at')
+		  EXECUTE FUNCTION wait_for_test()});
 	add_backlog($round);
-	$node->poll_query_until($db,
-		"SELECT count(*) < $backlog FROM idempotency.keys WHERE key LIKE '$round-%'")
-	  or die 'the sweep did not start';
-	my $deadline = time + 60;
-	while (time < $deadline)
-	{
-		my $pid = busy_sweeper();
-		my $left = backlog_left($round);
-		die 'the sweep finished before it could be interrupted' if $left == 0;
-		if ($pid ne '' && $crash->($pid))
-		{
-			note "$left of $backlog expired keys were left at the crash";
-			return $left;
-		}
-		usleep(10_000);
-	}
-	die 'no sweeper was caught deleting';
+	my $waiting = q{
+		SELECT a.pid FROM pg_stat_activity AS a JOIN pg_locks AS l USING (pid)
+		 WHERE a.backend_type = 'idempotency sweeper' AND a.datname = current_database()
+		   AND l.locktype = 'advisory' AND l.objid = 13013 AND NOT l.granted};
+	$node->poll_query_until($db, "SELECT EXISTS ($waiting)")
+	  or die "no sweeper reached key $round-$held_at";
+	my $pid = query($waiting);
+	ok(query("SELECT backend_xid IS NOT NULL FROM pg_stat_activity WHERE pid = $pid") eq 't',
+		"round $round: the waiting sweeper has deletions of its batch in progress");
+	my $left = backlog_left($round);
+	note "$left of $backlog expired keys were left at the crash";
+	$crash->($pid);
+	# The crash ends the holder's session (and so frees the lock) as well.
+	$holder->quit;
+	return $left;
 }
 
 # After each crash: every kept key is exactly as before, the claims are
@@ -165,9 +179,10 @@ sub check_after_crash
 # ---------------------------------------------------------------------------
 my $log_offset = -s $node->logfile;
 my $left = crash_mid_sweep('a', sub { kill 'KILL', shift });
-cmp_ok($left, '<', $backlog, 'the sweep had committed deletions before the kill');
+cmp_ok($left, '<=', $backlog - 2 * $batch, 'the sweep had committed two batches before the kill');
 cmp_ok($left, '>', 0, 'the sweep was not finished at the kill');
 wait_for_crash_restart($node, $log_offset);
+query('DROP TRIGGER hold_sweep ON idempotency.keys');
 ok($node->log_contains(qr/"idempotency sweeper" \(PID \d+\) was terminated by signal 9/, $log_offset),
 	'the postmaster saw the sweeper die of SIGKILL and restarted the cluster');
 check_after_crash('after kill -9 of a sweeper');
@@ -175,14 +190,10 @@ check_after_crash('after kill -9 of a sweeper');
 # ---------------------------------------------------------------------------
 # (b) immediate stop while sweeps run
 # ---------------------------------------------------------------------------
-$left = crash_mid_sweep(
-	'b',
-	sub {
-		$node->stop('immediate');
-		return 1;
-	});
+$left = crash_mid_sweep('b', sub { $node->stop('immediate') });
 cmp_ok($left, '>', 0, 'the sweep was not finished at the immediate stop');
 $node->start;
+query('DROP TRIGGER hold_sweep ON idempotency.keys');
 check_after_crash('after an immediate stop');
 
 # ---------------------------------------------------------------------------
