@@ -229,6 +229,7 @@ is_deeply(
 	'idempotency_stats() counts each answer and call');
 ok(query('postgres', q{SELECT wait_seconds >= 0.1 AND keys_expired >= 2000 AND last_sweep_time IS NOT NULL FROM idempotency_stats()}),
 	'wait time, expired keys and the last sweep are reported');
+query('app3', 'SELECT idempotency_scope_stats_refresh()');
 is(query('app3', q{SELECT scope || ':' || in_progress || ':' || completed FROM idempotency_scope_stats()}),
 	's:1:1', 'idempotency_scope_stats() summarises the table per scope');
 
