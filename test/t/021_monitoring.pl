@@ -2,7 +2,8 @@
 # that has pg_monitor and nothing else, and answers numbers under the column
 # names the file lists; the per-scope summary is refreshed by the worker at
 # most every idempotency.scope_stats_interval (never with 0) and on demand;
-# reading it does not touch the keys table; it is not dumped; and the worker's
+# reading it does not touch the keys table; a refresh blocks neither requests
+# nor sweeps and can be cancelled; it is not dumped; and the worker's
 # refresh leaves DROP EXTENSION, DROP DATABASE and databases still at 0.1.0
 # alone.
 use strict;
@@ -213,6 +214,28 @@ is(query('app', 'SELECT max(refreshed_at) FROM idempotency.scope_stats'), $refre
 	'with a one-hour interval the worker leaves a fresh summary alone');
 
 # ---------------------------------------------------------------------------
+# Locks: a refresh that has not committed yet (as a long one) blocks no
+# request and no sweep; the worker skips the summary instead of waiting for
+# it; an on-demand refresh waiting for it can be cancelled.
+# ---------------------------------------------------------------------------
+reload_with($node, "idempotency.scope_stats_interval = '1ms'");
+my $refresher = $node->background_psql('app');
+$refresher->query_safe('BEGIN');
+$refresher->query_safe('SELECT idempotency_scope_stats_refresh()');
+is(run_request($node, 'app', 'locks', 'k1', 'r', 200), "claimed 1\nt",
+	'a request claims and completes while a refresh holds its locks');
+wait_for_sweeps($node, 'app', 3);
+pass('the worker keeps sweeping every database, skipping the busy summary');
+my ($sqlstate) = sql_error($node, 'app',
+	"SET statement_timeout = '100ms'; SELECT idempotency_scope_stats_refresh()");
+is($sqlstate, '57014', 'a refresh waiting for another one can be cancelled');
+$refresher->query_safe('COMMIT');
+$refresher->quit;
+ok( $node->poll_query_until('app',
+		q{SELECT count(*) = 1 FROM idempotency_scope_stats() WHERE scope = 'locks'}),
+	'afterwards the worker refreshes again');
+
+# ---------------------------------------------------------------------------
 # Dumps leave the summary out
 # ---------------------------------------------------------------------------
 my $dump = PostgreSQL::Test::Utils::tempdir . '/app.sql';
@@ -225,7 +248,6 @@ unlike($dumped, qr/scope_stats \(|COPY idempotency\.scope_stats/, 'but not the s
 # The worker refreshes every round: DROP EXTENSION and DROP DATABASE still
 # succeed, and a database still at 0.1.0 (no summary table) is left alone.
 # ---------------------------------------------------------------------------
-reload_with($node, "idempotency.scope_stats_interval = '1ms'");
 reload_with($node, "idempotency.expire_interval = '10ms'");
 query('postgres', 'CREATE DATABASE old');
 query('old', q{CREATE EXTENSION idempotency VERSION '0.1.0'});
