@@ -448,8 +448,10 @@ sub make_expiring_keys
 	my $swept = 0;
 	$swept += $_->safe_psql($db, 'SELECT keys_expired FROM idempotency_stats()') for @workers;
 	cmp_ok($swept, '>=', 16, 'idempotency_stats() on the workers counts the expired keys');
+	like(query(q{SELECT idempotency_scope_stats_refresh()}), qr/^[1-9]\d*$/,
+		'idempotency_scope_stats_refresh() on the coordinator summarises the shards');
 	like(query(q{SELECT count(*) FROM idempotency_scope_stats() WHERE scope LIKE 't_'}),
-		qr/^[1-8]$/, 'idempotency_scope_stats() reads every shard');
+		qr/^[1-8]$/, 'idempotency_scope_stats() shows the scopes of every shard');
 }
 
 # ---------------------------------------------------------------------------
