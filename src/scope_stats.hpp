@@ -11,8 +11,9 @@ namespace idempotency::scope_stats
 // scopes, or -1 when it did nothing.  With wait, waits for the locks like any
 // statement (idempotency_scope_stats_refresh()).  Without (the worker), it
 // does nothing when a table is missing (the database's extension is older) or
-// locked (DDL, another refresh), or when the summary is younger than
-// `min_age_ms`.
+// locked (DDL, another refresh), when the summary is younger than
+// `min_age_ms`, or on a Citus worker node (the coordinator summarises every
+// shard).
 int64 refresh(bool wait, int min_age_ms);
 
 } // namespace idempotency::scope_stats
