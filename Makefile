@@ -5,7 +5,7 @@ EXTENSION = idempotency
 MODULE_big = idempotency
 OBJS = src/module.o src/boundary.o src/sha256.o src/canonical.o src/request_hash.o src/store.o src/citus.o src/claims.o src/deferred.o \
        src/arguments.o src/inspect.o \
-       src/api.o src/stats.o src/worker.o
+       src/api.o src/stats.o src/scope_stats.o src/worker.o
 DATA = $(wildcard sql/idempotency--*.sql)
 DOCS = README.md
 # `make installcheck`: the pg_regress suite, every sql/*.sql but the install and

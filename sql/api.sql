@@ -240,6 +240,7 @@ SELECT outcome FROM idempotency_begin('gc', 'fresh', request_hash('r'::text));
 UPDATE idempotency.keys SET expires_at = now() - interval '1 minute', sweep_at = now() - interval '1 minute',
        lease_expires_at = CASE WHEN key = 'abandoned' THEN now() - interval '1 minute' ELSE lease_expires_at END
  WHERE scope = 'gc' AND key <> 'fresh';
+SELECT idempotency_scope_stats_refresh() > 0 AS summarised;
 SELECT scope, in_progress, completed, expired FROM idempotency_scope_stats() WHERE scope = 'gc';
 SELECT idempotency_expire(max_rows => 1);
 SELECT idempotency_expire();

@@ -133,6 +133,7 @@ SELECT count(*) AS stored_byte_for_byte FROM odd_keys AS o
 -- Odd scopes are namespaces of their own.
 SELECT outcome FROM idempotency_begin(chr(1), 'key', request_hash('r'::text), lease => '1 hour');
 SELECT outcome FROM idempotency_begin(chr(1) || ' ', 'key', request_hash('r'::text), lease => '1 hour');
+SELECT idempotency_scope_stats_refresh() > 0 AS summarised;
 SELECT count(*) AS scopes FROM idempotency_scope_stats() WHERE scope LIKE chr(1) || '%';
 
 --

@@ -105,7 +105,8 @@ ALTER TYPE @extschema@.idempotency_lookup_result
     ADD ATTRIBUTE response_body_bytes bytea, ADD ATTRIBUTE response_body_omitted boolean,
     ADD ATTRIBUTE claim_data jsonb, ADD ATTRIBUTE committed boolean;
 
--- Functions whose arguments or result columns change.  A new argument list
+-- Functions whose arguments or result columns change (idempotency_scope_stats
+-- reads a summary now, and answers in numbers).  A new argument list
 -- makes a new function: each old one steps aside under another name, the new
 -- one is created as in the install script, whoever may execute the old one
 -- may execute the new one, and the old one goes.
@@ -115,6 +116,7 @@ ALTER FUNCTION @extschema@.idempotency_complete(text, text, integer, jsonb, json
     RENAME TO idempotency_complete_0_1_0;
 ALTER FUNCTION @extschema@.idempotency_lookup(text, text) RENAME TO idempotency_lookup_0_1_0;
 ALTER FUNCTION @extschema@.idempotency_stats() RENAME TO idempotency_stats_0_1_0;
+ALTER FUNCTION @extschema@.idempotency_scope_stats() RENAME TO idempotency_scope_stats_0_1_0;
 
 CREATE FUNCTION @extschema@.idempotency_begin(
     scope text, key text, request @extschema@.request_hash,
@@ -178,6 +180,52 @@ CREATE FUNCTION @extschema@.idempotency_stats(
 COMMENT ON FUNCTION @extschema@.idempotency_stats() IS
     'counters of the whole server since it started; NULL unless the library is in shared_preload_libraries';
 
+-- The per-scope summary: derived from idempotency.keys by
+-- idempotency_scope_stats_refresh() (the worker calls the same code), so that
+-- reading it does not scan the keys.  Not registered with
+-- pg_extension_config_dump: pg_dump leaves it out, and the next refresh after
+-- a restore rebuilds it.
+CREATE TABLE idempotency.scope_stats (
+    scope                         text COLLATE "C" NOT NULL,
+    in_progress                   bigint NOT NULL,
+    completed                     bigint NOT NULL,
+    expired                       bigint NOT NULL,
+    oldest_created_at             timestamptz NOT NULL,
+    oldest_in_progress_created_at timestamptz,
+    refreshed_at                  timestamptz NOT NULL,
+    CONSTRAINT scope_stats_pkey PRIMARY KEY (scope)
+);
+COMMENT ON TABLE idempotency.scope_stats IS
+    'per scope, the keys table as of refreshed_at (derived: rebuilt by idempotency_scope_stats_refresh() and the worker, not dumped)';
+REVOKE ALL ON TABLE idempotency.scope_stats FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.idempotency_scope_stats_refresh() RETURNS bigint
+    AS 'MODULE_PATHNAME', 'idempotency_scope_stats_refresh'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.idempotency_scope_stats_refresh() IS
+    'summarise the keys table per scope now, for idempotency_scope_stats() (reads the whole table); returns the number of scopes';
+
+-- Numbers only, with the scope as the label, as for idempotency_stats().
+CREATE FUNCTION @extschema@.idempotency_scope_stats(
+    OUT scope text, OUT in_progress bigint, OUT completed bigint, OUT expired bigint,
+    OUT oldest_claim_age_seconds double precision,
+    OUT oldest_in_progress_age_seconds double precision,
+    OUT summary_age_seconds double precision)
+    RETURNS SETOF record
+    LANGUAGE sql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT s.scope, s.in_progress, s.completed, s.expired,
+               pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) s.oldest_created_at),
+               pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) s.oldest_in_progress_created_at),
+               pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) s.refreshed_at)
+          FROM idempotency.scope_stats AS s
+         ORDER BY s.scope
+    $$;
+COMMENT ON FUNCTION @extschema@.idempotency_scope_stats() IS
+    'per scope: keys in progress, completed and past their expiry time, and the ages of the oldest claim, of the oldest unfinished one and of the summary (reads the summary, not the keys)';
+
 REVOKE ALL ON FUNCTION @extschema@.idempotency_begin(text, text, @extschema@.request_hash, interval, interval, interval, jsonb, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idempotency_complete(text, text, integer, jsonb, jsonb, integer, bytea, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idempotency_forget(text, text, integer) FROM PUBLIC;
@@ -185,6 +233,9 @@ REVOKE ALL ON FUNCTION @extschema@.idempotency_lookup(text, text, boolean) FROM 
 REVOKE ALL ON FUNCTION @extschema@.idempotency_keys(text, text, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idempotency_stats() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.idempotency_stats() TO pg_monitor;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_scope_stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idempotency_scope_stats() TO pg_monitor;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_scope_stats_refresh() FROM PUBLIC;
 
 -- The grants carried over are ordinary grants, which pg_dump keeps: the
 -- initial privileges recorded for the extension stay what CREATE EXTENSION
@@ -199,7 +250,9 @@ DECLARE
         'idempotency_lookup_0_1_0(text, text)',
         'idempotency_lookup(text, text, boolean)',
         'idempotency_stats_0_1_0()',
-        'idempotency_stats()'];
+        'idempotency_stats()',
+        'idempotency_scope_stats_0_1_0()',
+        'idempotency_scope_stats()'];
     old_function regprocedure;
     new_function regprocedure;
     initial aclitem[];
@@ -232,6 +285,7 @@ DROP FUNCTION @extschema@.idempotency_begin_0_1_0(text, text, @extschema@.reques
 DROP FUNCTION @extschema@.idempotency_complete_0_1_0(text, text, integer, jsonb, jsonb, integer);
 DROP FUNCTION @extschema@.idempotency_lookup_0_1_0(text, text);
 DROP FUNCTION @extschema@.idempotency_stats_0_1_0();
+DROP FUNCTION @extschema@.idempotency_scope_stats_0_1_0();
 
 -- ---------------------------------------------------------------------------
 -- Citus: the keys co-located with the business tables (README, "Citus").

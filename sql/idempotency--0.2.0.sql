@@ -361,29 +361,58 @@ CREATE FUNCTION @extschema@.idempotency_stats(
 COMMENT ON FUNCTION @extschema@.idempotency_stats() IS
     'counters of the whole server since it started; NULL unless the library is in shared_preload_libraries';
 
+-- The per-scope summary: derived from idempotency.keys by
+-- idempotency_scope_stats_refresh() (the worker calls the same code), so that
+-- reading it does not scan the keys.  Not registered with
+-- pg_extension_config_dump: pg_dump leaves it out, and the next refresh after
+-- a restore rebuilds it.
+CREATE TABLE idempotency.scope_stats (
+    scope                         text COLLATE "C" NOT NULL,
+    in_progress                   bigint NOT NULL,
+    completed                     bigint NOT NULL,
+    expired                       bigint NOT NULL,
+    oldest_created_at             timestamptz NOT NULL,
+    oldest_in_progress_created_at timestamptz,
+    refreshed_at                  timestamptz NOT NULL,
+    CONSTRAINT scope_stats_pkey PRIMARY KEY (scope)
+);
+COMMENT ON TABLE idempotency.scope_stats IS
+    'per scope, the keys table as of refreshed_at (derived: rebuilt by idempotency_scope_stats_refresh() and the worker, not dumped)';
+REVOKE ALL ON TABLE idempotency.scope_stats FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.idempotency_scope_stats_refresh() RETURNS bigint
+    AS 'MODULE_PATHNAME', 'idempotency_scope_stats_refresh'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION @extschema@.idempotency_scope_stats_refresh() IS
+    'summarise the keys table per scope now, for idempotency_scope_stats() (reads the whole table); returns the number of scopes';
+
+-- Numbers only, with the scope as the label, as for idempotency_stats().
 CREATE FUNCTION @extschema@.idempotency_scope_stats(
     OUT scope text, OUT in_progress bigint, OUT completed bigint, OUT expired bigint,
-    OUT oldest_created_at timestamptz)
+    OUT oldest_claim_age_seconds double precision,
+    OUT oldest_in_progress_age_seconds double precision,
+    OUT summary_age_seconds double precision)
     RETURNS SETOF record
-    LANGUAGE sql STABLE SECURITY DEFINER
+    LANGUAGE sql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT k.scope,
-               count(*) FILTER (WHERE k.status OPERATOR(pg_catalog.=) 'p'::"char"),
-               count(*) FILTER (WHERE k.status OPERATOR(pg_catalog.=) 'c'::"char"),
-               count(*) FILTER (WHERE k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()),
-               pg_catalog.min(k.created_at)
-          FROM idempotency.keys AS k
-         GROUP BY k.scope
-         ORDER BY k.scope
+        SELECT s.scope, s.in_progress, s.completed, s.expired,
+               pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) s.oldest_created_at),
+               pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) s.oldest_in_progress_created_at),
+               pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) s.refreshed_at)
+          FROM idempotency.scope_stats AS s
+         ORDER BY s.scope
     $$;
 COMMENT ON FUNCTION @extschema@.idempotency_scope_stats() IS
-    'per scope: keys in progress, completed, past their expiry time, and the oldest claim (reads the table)';
+    'per scope: keys in progress, completed and past their expiry time, and the ages of the oldest claim, of the oldest unfinished one and of the summary (reads the summary, not the keys)';
 
 REVOKE ALL ON FUNCTION @extschema@.idempotency_expire(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idempotency_stats() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.idempotency_stats() TO pg_monitor;
 REVOKE ALL ON FUNCTION @extschema@.idempotency_scope_stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idempotency_scope_stats() TO pg_monitor;
+REVOKE ALL ON FUNCTION @extschema@.idempotency_scope_stats_refresh() FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
 -- Citus: the keys co-located with the business tables (README, "Citus").

@@ -44,7 +44,7 @@ BEGIN PERFORM evil.caught('jsonb_build_object(text[])'); RETURN pg_catalog.jsonb
 CREATE FUNCTION evil.pg_extension_config_dump(regclass, text) RETURNS void LANGUAGE plpgsql
     SET search_path = pg_catalog AS $$
 BEGIN PERFORM evil.caught('pg_extension_config_dump'); END $$;
--- The aggregates idempotency_scope_stats() uses.
+-- The aggregates idempotency_scope_stats_refresh() uses.
 CREATE FUNCTION evil.count_step(n bigint) RETURNS bigint LANGUAGE plpgsql
     SET search_path = pg_catalog AS $$
 BEGIN PERFORM evil.caught('count(*)'); RETURN n + 1; END $$;
@@ -54,6 +54,14 @@ CREATE FUNCTION evil.min_step(m timestamptz, t timestamptz) RETURNS timestamptz 
 BEGIN PERFORM evil.caught('min(timestamptz)');
 RETURN CASE WHEN m IS NULL OR t OPERATOR(pg_catalog.<) m THEN t ELSE m END; END $$;
 CREATE AGGREGATE evil.min(timestamptz) (SFUNC = evil.min_step, STYPE = timestamptz);
+CREATE AGGREGATE evil.max(timestamptz) (SFUNC = evil.min_step, STYPE = timestamptz);
+-- What idempotency_scope_stats() computes the ages with.
+CREATE FUNCTION evil.clock_timestamp() RETURNS timestamptz LANGUAGE plpgsql
+    SET search_path = pg_catalog AS $$
+BEGIN PERFORM evil.caught('clock_timestamp()'); RETURN pg_catalog.clock_timestamp(); END $$;
+CREATE FUNCTION evil.date_part(f text, i interval) RETURNS double precision LANGUAGE plpgsql
+    SET search_path = pg_catalog AS $$
+BEGIN PERFORM evil.caught('date_part(text, interval)'); RETURN pg_catalog.date_part(f, i); END $$;
 
 -- Look-alike storage holding a completed response for the key used below: if
 -- the extension read these tables, begin would replay instead of claiming.
@@ -154,7 +162,10 @@ SELECT app.idempotency_complete('pay', 'p1', 503, attempt => 2) AS stored;
 SELECT status, attempt, response_status, response_body, recovery_point
   FROM app.idempotency_lookup('shop', 'k1');
 SELECT status FROM app.idempotency_lookup('pay', 'p1');
-SELECT scope, in_progress, completed, expired, oldest_created_at IS NOT NULL AS has_oldest
+SELECT app.idempotency_scope_stats_refresh() AS scopes;
+SELECT scope, in_progress, completed, expired, oldest_claim_age_seconds IS NOT NULL AS has_oldest,
+       oldest_in_progress_age_seconds IS NOT NULL AS has_in_progress,
+       summary_age_seconds IS NOT NULL AS has_age
   FROM app.idempotency_scope_stats();
 SELECT preloaded OPERATOR(pg_catalog.=) (pg_catalog.current_setting('shared_preload_libraries')
            OPERATOR(pg_catalog.~) '(^|[\s,/"])idempotency(\.so)?($|[\s,"])') AS preloaded_as_configured,
@@ -165,6 +176,7 @@ BEGIN;
 UPDATE idempotency.keys SET expires_at = pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 day',
        sweep_at = pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 day'
  WHERE key OPERATOR(pg_catalog.=) 'k1';
+SELECT app.idempotency_scope_stats_refresh() AS scopes;
 SELECT expired FROM app.idempotency_scope_stats();
 SELECT app.idempotency_expire() AS expired_now, app.idempotency_expire(10) AS expired_again;
 COMMIT;

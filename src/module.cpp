@@ -31,6 +31,7 @@ int tenant_isolation = tenant_isolation_off;
 bool worker_enabled = true;
 int expire_interval_ms = 10 * 1000;
 int expire_batch_size = 10000;
+int summary_interval_ms = 60 * 1000;
 int max_deferred_claims = 4096;
 bool defer_claims = true;
 
@@ -93,6 +94,13 @@ static void define()
         "Short transactions keep the worker out of the way of requests and of vacuum.",
         &expire_batch_size, expire_batch_size, 1, 1000000, PGC_SIGHUP, 0, nullptr, nullptr,
         nullptr);
+    DefineCustomIntVariable(
+        "idempotency.scope_stats_interval",
+        "How old the per-scope summary may get before the worker refreshes it.",
+        "The summary that idempotency_scope_stats() reads is refreshed after an expiry round "
+        "once it is this old; 0: only by idempotency_scope_stats_refresh().",
+        &summary_interval_ms, summary_interval_ms, 0, 24 * 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS,
+        nullptr, nullptr, nullptr);
     // A PGC_POSTMASTER setting can only be defined while the postmaster
     // starts: defined later (CREATE EXTENSION without preloading), it is fatal.
     if (process_shared_preload_libraries_in_progress)

@@ -26,6 +26,7 @@ extern int tenant_isolation;     // idempotency.tenant_isolation: tenant_isolati
 extern bool worker_enabled;      // idempotency.worker_enabled
 extern int expire_interval_ms;   // idempotency.expire_interval
 extern int expire_batch_size;    // idempotency.expire_batch_size
+extern int summary_interval_ms;  // idempotency.scope_stats_interval (0: not by the worker)
 extern int max_deferred_claims;  // idempotency.max_deferred_claims (slots; 0: none)
 extern bool defer_claims;        // idempotency.defer_claims
 

@@ -10,11 +10,14 @@
 // never touched (CREATE DATABASE copies them), and a database created or
 // dropped while the server runs is picked up or forgotten on the next round.
 // The launcher starts only once recovery has finished: on a hot standby it
-// does not run at all, and it starts by itself after promotion.
+// does not run at all, and it starts by itself after promotion.  After its
+// sweep, a sweeper refreshes the database's per-scope summary when it is older
+// than idempotency.scope_stats_interval (see scope_stats.cpp).
 #include "worker.hpp"
 #include "boundary.hpp"
 #include "compat.hpp"
 #include "module.hpp"
+#include "scope_stats.hpp"
 #include "stats.hpp"
 #include "store.hpp"
 
@@ -228,6 +231,13 @@ static int64 sweep_batch(TimestampTz now)
     return deleted;
 }
 
+// Keeps the message of the error being raised for idempotency_stats().
+static void record_error()
+{
+    ErrorData *error = CopyErrorData();
+    stats::record_error(error->message);
+}
+
 static void sweep_until_done()
 {
     TimestampTz started = GetCurrentTimestamp();
@@ -248,13 +258,40 @@ static void sweep_until_done()
     {
         // Keep the message for idempotency_stats(), then fail as usual: the
         // error is logged, and the next round tries again.
-        ErrorData *error = CopyErrorData();
-        stats::record_error(error->message);
+        record_error();
         stats::add(stats::keys_expired, expired);
         PG_RE_THROW();
     }
     PG_END_TRY();
     stats::record_sweep(started, GetCurrentTimestamp(), expired);
+}
+
+// The summary in a transaction of its own, skipped when it is recent, when
+// the extension is missing or older, or when DDL or another refresh holds its
+// tables (see scope_stats::refresh).
+static void refresh_scope_stats()
+{
+    if (settings::summary_interval_ms == 0)
+        return;
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    PushActiveSnapshot(GetTransactionSnapshot());
+    pgstat_report_activity(STATE_RUNNING, "refreshing idempotency scope statistics");
+    PG_TRY();
+    {
+        // Invisible until CREATE EXTENSION commits, so never mid-creation.
+        if (OidIsValid(get_extension_oid("idempotency", true)))
+            (void)scope_stats::refresh(false, settings::summary_interval_ms);
+    }
+    PG_CATCH();
+    {
+        record_error();
+        PG_RE_THROW();
+    }
+    PG_END_TRY();
+    PopActiveSnapshot();
+    CommitTransactionCommand();
+    pgstat_report_activity(STATE_IDLE, nullptr);
 }
 
 // The sweeper's own lock on its database, held while it connects.  The
@@ -316,6 +353,10 @@ void idempotency_sweeper_main(Datum argument)
         SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
         SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
         SetConfigOption("idle_in_transaction_session_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+        // The summary's statements name everything with its schema; this
+        // keeps a database's search_path from mattering even so.
+        SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
         idempotency::worker::sweep_until_done();
+        idempotency::worker::refresh_scope_stats();
     });
 }

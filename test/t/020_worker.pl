@@ -5,6 +5,9 @@
 # count what happened.
 use strict;
 use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest qw(wait_for_sweeps reload_with);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -63,24 +66,6 @@ sub launcher_pid
 
 sub sweeps { return query('postgres', 'SELECT sweeps FROM idempotency_stats()'); }
 
-# Waits until the worker has swept every database a few more times.
-sub wait_for_rounds
-{
-	my ($rounds) = @_;
-	my $databases = query('postgres',
-		'SELECT count(*) FROM pg_database WHERE NOT datistemplate AND datallowconn');
-	my $target = sweeps() + $rounds * $databases;
-	$node->poll_query_until('postgres', "SELECT sweeps >= $target FROM idempotency_stats()")
-	  or die "the worker stopped sweeping";
-}
-
-sub reload_with
-{
-	my ($setting) = @_;
-	query('postgres', "ALTER SYSTEM SET $setting");
-	query('postgres', 'SELECT pg_reload_conf()');
-}
-
 query('postgres', 'CREATE EXTENSION idempotency');
 ok(launcher_pid() =~ /^\d+$/, 'one launcher runs');
 
@@ -99,7 +84,7 @@ query('plain', q{
 	CREATE TABLE idempotency.keys (scope text, key text, expires_at timestamptz);
 	INSERT INTO idempotency.keys SELECT 's', 'k' || g, now() - interval '1 day' FROM generate_series(1, 10) g;
 });
-wait_for_rounds(3);
+wait_for_sweeps($node, 'postgres', 3);
 is(query('plain', 'SELECT count(*) FROM idempotency.keys'),
 	'10', 'a database without the extension is untouched');
 is( query('postgres',
@@ -121,7 +106,7 @@ is($created, 15, 'CREATE DATABASE never fails while the worker runs');
 # Databases dropped while the launcher starts sweepers in them: DROP DATABASE
 # waits for a sweep that has begun, and no sweeper ever starts in a database
 # that is gone (which would log a FATAL that alerting pages on).
-reload_with("idempotency.expire_interval = '10ms'");
+reload_with($node, "idempotency.expire_interval = '10ms'");
 my $log_offset = -s $node->logfile;
 my $dropped = 0;
 for my $i (1 .. 25)
@@ -134,10 +119,10 @@ is($dropped, 25, 'DROP DATABASE never fails while the launcher sweeps every 10ms
 my @fatal = grep { /FATAL|ERROR/ }
   split /\n/, PostgreSQL::Test::Utils::slurp_file($node->logfile, $log_offset);
 is(join("\n", @fatal), '', 'no sweeper logs an error or a FATAL for a dropped database');
-reload_with("idempotency.expire_interval = '200ms'");
+reload_with($node, "idempotency.expire_interval = '200ms'");
 
 # A reload changes the interval.
-reload_with("idempotency.expire_interval = '1h'");
+reload_with($node, "idempotency.expire_interval = '1h'");
 my $settled = sweeps();
 sleep 1;
 $settled = sweeps();
@@ -145,17 +130,17 @@ add_expiring_keys('app1', 100, 'r');
 sleep 3;
 is(sweeps(), $settled, 'with a one-hour interval no round runs');
 is(keys_left('app1', 'r'), '101', 'and expired keys wait');
-reload_with("idempotency.expire_interval = '200ms'");
+reload_with($node, "idempotency.expire_interval = '200ms'");
 expires_by_itself('app1', 'r', 'after a reload to 200ms they expire');
 
 # idempotency.worker_enabled = off stops it, on restarts it.
-reload_with('idempotency.worker_enabled = off');
+reload_with($node, 'idempotency.worker_enabled = off');
 sleep 1;
 $settled = sweeps();
 add_expiring_keys('app1', 10, 'o');
 sleep 2;
 is(keys_left('app1', 'o'), '11', 'worker_enabled = off expires nothing');
-reload_with('idempotency.worker_enabled = on');
+reload_with($node, 'idempotency.worker_enabled = on');
 expires_by_itself('app1', 'o', 'worker_enabled = on expires again');
 
 # pg_terminate_backend of the launcher: the postmaster starts a new one.
@@ -229,6 +214,7 @@ is_deeply(
 	'idempotency_stats() counts each answer and call');
 ok(query('postgres', q{SELECT wait_seconds >= 0.1 AND keys_expired >= 2000 AND last_sweep_time IS NOT NULL FROM idempotency_stats()}),
 	'wait time, expired keys and the last sweep are reported');
+query('app3', 'SELECT idempotency_scope_stats_refresh()');
 is(query('app3', q{SELECT scope || ':' || in_progress || ':' || completed FROM idempotency_scope_stats()}),
 	's:1:1', 'idempotency_scope_stats() summarises the table per scope');
 
@@ -238,7 +224,7 @@ my $standby = PostgreSQL::Test::Cluster->new('standby');
 $standby->init_from_backup($node, 'backup', has_streaming => 1);
 $standby->append_conf('postgresql.conf', "idempotency.expire_interval = '200ms'");
 $standby->start;
-reload_with('idempotency.worker_enabled = off');
+reload_with($node, 'idempotency.worker_enabled = off');
 add_expiring_keys('app3', 100, 's');
 $node->wait_for_catchup($standby);
 sleep 2;

@@ -197,6 +197,12 @@ BEGIN
            INTO other;
         calls := calls + 1;
     END IF;
+    -- The scope summary reads the whole table (SPI): every tenth iteration.
+    IF i % 10 = 5 THEN
+        IF idempotency_scope_stats_refresh() < 1 THEN RAISE EXCEPTION 'scope summary'; END IF;
+        PERFORM FROM idempotency_scope_stats();
+        calls := calls + 2;
+    END IF;
 
     -- A request in one transaction: claim, re-enter, complete, replay,
     -- mismatch; replay and mismatch of a committed key; lookups (11 calls).

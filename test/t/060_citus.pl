@@ -448,8 +448,15 @@ sub make_expiring_keys
 	my $swept = 0;
 	$swept += $_->safe_psql($db, 'SELECT keys_expired FROM idempotency_stats()') for @workers;
 	cmp_ok($swept, '>=', 16, 'idempotency_stats() on the workers counts the expired keys');
+	# Each worker node's sweeper reaches its refresh step (after its sweep)
+	# and leaves it to the coordinator, which reads every shard.
+	wait_for_sweeps($_, $db, 2) for @workers;
+	is(join(',', map { $_->safe_psql($db, 'SELECT count(*) FROM idempotency.scope_stats') } @workers),
+		'0,0', 'the worker nodes do not summarise the shards again');
+	like(query(q{SELECT idempotency_scope_stats_refresh()}), qr/^[1-9]\d*$/,
+		'idempotency_scope_stats_refresh() on the coordinator summarises the shards');
 	like(query(q{SELECT count(*) FROM idempotency_scope_stats() WHERE scope LIKE 't_'}),
-		qr/^[1-8]$/, 'idempotency_scope_stats() reads every shard');
+		qr/^[1-8]$/, 'idempotency_scope_stats() shows the scopes of every shard');
 }
 
 # ---------------------------------------------------------------------------

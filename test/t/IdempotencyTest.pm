@@ -21,7 +21,7 @@ our @EXPORT = qw(
   new_node new_standby quote begin_call complete_call run_request begin_request
   lookup_key fields stored_response replayed_response body_is_toasted
   lease_running sql_error wait_for_crash_restart wait_for_lease_end
-  wait_for_promotion keys_text
+  wait_for_promotion keys_text wait_for_sweeps reload_with
 );
 
 # A byte-string JSON decoder: each byte of psql's output stays one character,
@@ -262,6 +262,29 @@ sub wait_for_lease_end
 			q{SELECT lease_expires_at <= now() FROM idempotency_lookup(%s, %s)},
 			quote($scope), quote($key)))
 	  or die "the lease of $scope/$key did not end";
+	return;
+}
+
+# Waits until the expiry worker has swept every database $rounds more times,
+# as idempotency_stats().sweeps, read in $db, counts them.
+sub wait_for_sweeps
+{
+	my ($node, $db, $rounds) = @_;
+	my $databases = $node->safe_psql($db,
+		'SELECT count(*) FROM pg_database WHERE NOT datistemplate AND datallowconn');
+	my $target =
+	  $node->safe_psql($db, 'SELECT sweeps FROM idempotency_stats()') + $rounds * $databases;
+	$node->poll_query_until($db, "SELECT sweeps >= $target FROM idempotency_stats()")
+	  or die 'the worker stopped sweeping';
+	return;
+}
+
+# Sets a server setting with ALTER SYSTEM and reloads the configuration.
+sub reload_with
+{
+	my ($node, $setting) = @_;
+	$node->safe_psql('postgres', "ALTER SYSTEM SET $setting");
+	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
 	return;
 }
 
