@@ -88,12 +88,7 @@ my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $log_offset);
 my @problems = grep { /\b(ERROR|FATAL|PANIC|WARNING):/ } split /\n/, $log;
 is(join("\n", @problems), '', 'the server log shows no error or warning');
 
-is( $node->safe_psql(
-		'postgres', q{
-		SELECT string_agg(c.relname || ': ' || CASE WHEN bt_index_check(c.oid, true)::text = ''
-		                                           THEN 'checked' END, ', ' ORDER BY c.relname)
-		  FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
-		 WHERE x.indrelid = 'idempotency.keys'::regclass}),
+is(indexes_checked($node, 'postgres'),
 	'keys_pkey: checked, keys_sweep_at_idx: checked',
 	'amcheck finds every heap tuple in every index');
 

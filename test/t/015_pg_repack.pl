@@ -97,12 +97,7 @@ is( $node->safe_psql(
 		ROLLBACK;}),
 	'0',
 	'every key completed during the repacks replays: none runs again');
-is( $node->safe_psql(
-		'postgres', q{
-		SELECT string_agg(c.relname || ': ' || CASE WHEN bt_index_check(c.oid, true)::text = ''
-		                                           THEN 'checked' END, ', ' ORDER BY c.relname)
-		  FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
-		 WHERE x.indrelid = 'idempotency.keys'::regclass}),
+is(indexes_checked($node, 'postgres'),
 	'keys_pkey: checked, keys_sweep_at_idx: checked',
 	'amcheck finds every heap tuple in every index after the swaps');
 

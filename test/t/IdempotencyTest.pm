@@ -21,7 +21,7 @@ our @EXPORT = qw(
   new_node new_standby quote begin_call complete_call run_request begin_request
   lookup_key fields stored_response replayed_response body_is_toasted
   lease_running sql_error wait_for_crash_restart wait_for_lease_end
-  wait_for_promotion keys_text wait_for_sweeps reload_with
+  wait_for_promotion keys_text wait_for_sweeps reload_with indexes_checked
 );
 
 # A byte-string JSON decoder: each byte of psql's output stays one character,
@@ -310,6 +310,20 @@ sub keys_text
 	  : '';
 	return $node->safe_psql($db,
 		"SELECT k::text FROM idempotency.keys AS k $where ORDER BY scope, key");
+}
+
+# amcheck's bt_index_check (with heapallindexed) of every index of
+# idempotency.keys: "name: checked, ..." in index name order.  Needs
+# CREATE EXTENSION amcheck in $db.
+sub indexes_checked
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql(
+		$db, q{
+		SELECT string_agg(c.relname || ': ' || CASE WHEN bt_index_check(c.oid, true)::text = ''
+		                                           THEN 'checked' END, ', ' ORDER BY c.relname)
+		  FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
+		 WHERE x.indrelid = 'idempotency.keys'::regclass});
 }
 
 1;
