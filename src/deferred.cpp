@@ -420,8 +420,12 @@ bool publish(const store::Storage &storage, const store::Key &key, const store::
 
 bool find(const store::Key &key, bool others, store::Record *record)
 {
+    // Most reads of a key ask for this transaction's claims only, and it
+    // has none: no tag to build.
+    if (table == nullptr || (own_count == 0 && !others))
+        return false;
     Tag tag;
-    if (table == nullptr || !make_tag(key, &tag))
+    if (!make_tag(key, &tag))
         return false;
     int index = find_own(tag);
     if (index >= 0)
