@@ -155,6 +155,18 @@ static int compare_shards(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+// This node's group: 0 on the coordinator, -1 when the catalog has no row.
+static int32 local_group(Oid pg_dist_local_group)
+{
+    int32 group = -1;
+    scan_catalog(pg_dist_local_group, nullptr, InvalidOid, (Datum)0,
+                 [&](Relation rel, HeapTuple tuple) {
+                     bool isnull;
+                     group = DatumGetInt32(column(rel, tuple, "groupid", &isnull));
+                 });
+    return group;
+}
+
 static void read_shards(Layout &next, Oid pg_dist_shard, Oid pg_dist_placement,
                         Oid pg_dist_local_group)
 {
@@ -177,14 +189,9 @@ static void read_shards(Layout &next, Oid pg_dist_shard, Oid pg_dist_placement,
                  });
     qsort(next.shards, next.shard_count, sizeof(Shard), compare_shards);
 
-    // This node's group (0 on the coordinator), then its placements.
-    int32 group = -1;
-    scan_catalog(pg_dist_local_group, nullptr, InvalidOid, (Datum)0,
-                 [&](Relation rel, HeapTuple tuple) {
-                     bool isnull;
-                     group = DatumGetInt32(column(rel, tuple, "groupid", &isnull));
-                 });
-    scan_catalog(pg_dist_placement, "groupid", F_INT4EQ, Int32GetDatum(group),
+    // This node's placements.
+    scan_catalog(pg_dist_placement, "groupid", F_INT4EQ,
+                 Int32GetDatum(local_group(pg_dist_local_group)),
                  [&](Relation rel, HeapTuple tuple) {
                      bool isnull;
                      int64 shard = DatumGetInt64(column(rel, tuple, "shardid", &isnull));
@@ -477,6 +484,12 @@ List *local_shards(Oid keys, LOCKMODE lockmode, bool skip_if_busy)
     }
     pfree(candidates);
     return relations;
+}
+
+bool worker_node()
+{
+    Oid pg_dist_local_group = catalog("pg_dist_local_group");
+    return OidIsValid(pg_dist_local_group) && local_group(pg_dist_local_group) > 0;
 }
 
 } // namespace idempotency::citus

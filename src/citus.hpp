@@ -62,4 +62,7 @@ Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode);
 // left for the next sweep.
 List *local_shards(Oid keys, LOCKMODE lockmode, bool skip_if_busy);
 
+// Whether this node is a Citus worker (a node other than the coordinator).
+bool worker_node();
+
 } // namespace idempotency::citus

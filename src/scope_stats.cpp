@@ -15,11 +15,11 @@
 #include "scope_stats.hpp"
 #include "arguments.hpp"
 #include "boundary.hpp"
+#include "citus.hpp"
 
 extern "C"
 {
 #include "catalog/namespace.h"
-#include "commands/extension.h"
 #include "executor/spi.h"
 #include "nodes/makefuncs.h"
 #include "storage/lmgr.h"
@@ -63,24 +63,6 @@ static bool recently_refreshed(int min_age_ms)
                                                   GetCurrentTimestamp(), min_age_ms);
 }
 
-// With Citus, the coordinator's refresh reads the keys of every shard (a
-// distributed query); a worker node's would read them all once more.  So the
-// background worker refreshes only on the coordinator (group 0).
-static bool citus_worker_node()
-{
-    if (!OidIsValid(get_extension_oid("citus", true)))
-        return false;
-    if (SPI_execute("SELECT g.groupid OPERATOR(pg_catalog.<>) 0"
-                    " FROM pg_catalog.pg_dist_local_group AS g",
-                    true, 1) != SPI_OK_SELECT)
-        elog(ERROR, "could not read pg_dist_local_group");
-    bool isnull = true;
-    Datum worker = SPI_processed == 1
-                       ? SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)
-                       : (Datum)0;
-    return !isnull && DatumGetBool(worker);
-}
-
 static const char *const delete_summary = "DELETE FROM idempotency.scope_stats";
 
 static const char *const insert_summary =
@@ -102,7 +84,10 @@ int64 refresh(bool wait, int min_age_ms)
         return -1;
     SPI_connect();
     int64 scopes = -1;
-    bool skip = (!wait && citus_worker_node()) || recently_refreshed(min_age_ms);
+    // With Citus, the coordinator's refresh reads the keys of every shard (a
+    // distributed query); a worker node's would read them all once more, so
+    // the background worker refreshes only on the coordinator.
+    bool skip = (!wait && citus::worker_node()) || recently_refreshed(min_age_ms);
     if (!skip)
     {
         if (SPI_execute(delete_summary, false, 0) != SPI_OK_DELETE ||
