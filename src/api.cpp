@@ -4,10 +4,10 @@
 #include "arguments.hpp"
 #include "boundary.hpp"
 #include "claims.hpp"
-#include "deferred.hpp"
 #include "module.hpp"
 #include "stats.hpp"
 #include "store.hpp"
+#include "unsettled.hpp"
 
 extern "C"
 {
@@ -199,22 +199,20 @@ void fill_claim(const Storage &storage, Record &record, const BeginArgs &args, K
 constexpr int busy_rereads = 5;
 constexpr long busy_reread_pause_us = 100;
 
-// Publishes a fresh claim instead of writing it, when it may be deferred:
-// then complete in the same transaction writes the record once.  Not a claim
-// that is certain to commit unfinished (an explicit lease outside a
-// transaction block): its row would only be written later.
-bool defer(const Storage &storage, const BeginArgs &args, const Record &record)
+// Whether a fresh claim may be deferred (claims.hpp): then complete in the
+// same transaction writes the record once.  Not a claim that is certain to
+// commit unfinished (an explicit lease outside a transaction block): its row
+// would only be written later.
+bool deferrable(const BeginArgs &args)
 {
-    if (!idempotency::settings::defer_claims || (args.lease_given && !IsTransactionBlock()))
-        return false;
-    return idempotency::deferred::publish(storage, args.key, record);
+    return idempotency::settings::defer_claims && !(args.lease_given && !IsTransactionBlock());
 }
 
 // What the key holds now, and what that means for this caller.
 KeyState observe(Storage &storage, const BeginArgs &args, Record &record, TimestampTz &now)
 {
     now = GetCurrentTimestamp();
-    record = store::read_latest(storage, args.key);
+    record = idempotency::claims::read_latest(storage, args.key);
     return classify(record, args, now);
 }
 
@@ -251,16 +249,14 @@ BeginAnswer begin_once(Storage &storage, const BeginArgs &args)
                 record.set_null(store::Column(column));
         fill_claim(storage, record, args, state, now);
         if (state != KeyState::absent)
-            store::update_record(storage, record);
-        else if (defer(storage, args, record))
         {
-            record.found = true;
-            record.writer = Writer::self;
-            record.deferred = true;
+            store::update_record(storage, record);
+            result = answer(Outcome::claimed, record);
         }
+        else if (idempotency::claims::claim_absent(storage, args.key, record, deferrable(args)))
+            result = answer(Outcome::claimed, record);
         else
-            store::insert_record(storage, args.key, record);
-        result = answer(Outcome::claimed, record);
+            result = held_by_transaction(record);
     }
     store::unlock_key(args.key);
     return result;
@@ -432,11 +428,11 @@ struct HeldClaim
 HeldClaim current_record(Storage &storage, const store::Key &key)
 {
     HeldClaim claim;
-    claim.locked = !store::fetch_own_claim(storage, key, &claim.record);
+    claim.locked = !idempotency::claims::find_own(storage, key, &claim.record);
     while (claim.locked)
     {
         store::lock_key(key, true);
-        claim.record = store::read_latest(storage, key);
+        claim.record = idempotency::claims::read_latest(storage, key);
         if (!claim.record.held_by_other())
             break;
         store::unlock_key(key);
@@ -502,7 +498,7 @@ HeldClaim held_claim(Storage &storage, const store::Key &key, bool has_attempt, 
 
 void write_claim(Storage &storage, const store::Key &key, HeldClaim &claim)
 {
-    store::update_record(storage, claim.record);
+    idempotency::claims::write(storage, claim.record);
     if (claim.locked)
         store::unlock_key(key);
 }
@@ -527,7 +523,7 @@ void change_held_claim(const store::Key &key_arg, bool has_attempt, int32 attemp
     write_claim(storage, key, claim);
     store::close(storage);
     if (settles == Settles::yes)
-        idempotency::claims::note_settled(key);
+        idempotency::unsettled::note_settled(key);
 }
 
 void set_optional(Record &record, store::Column column, FunctionCallInfo fcinfo, int n)
@@ -613,7 +609,7 @@ IDEMPOTENCY_FUNCTION(idempotency_begin)
     BeginAnswer result = begin(storage, args);
     store::close(storage);
     if (result.outcome == Outcome::claimed)
-        idempotency::claims::note_claim(args.key, args.lease_given);
+        idempotency::unsettled::note_claim(args.key, args.lease_given);
     return begin_result(fcinfo, result);
 }
 
@@ -751,12 +747,12 @@ IDEMPOTENCY_FUNCTION(idempotency_forget)
                             errhint("Pass attempt => the claim's attempt to forget it; "
                                     "idempotency_lookup() shows it."),
                             errhidestmt(true)));
-        store::delete_record(storage, record);
+        idempotency::claims::remove(storage, record);
     }
     if (claim.locked)
         store::unlock_key(key);
     store::close(storage);
-    idempotency::claims::note_settled(key);
+    idempotency::unsettled::note_settled(key);
     if (forgotten)
         idempotency::stats::add(idempotency::stats::forgets);
     PG_RETURN_BOOL(forgotten);

@@ -12,11 +12,11 @@ extern "C"
 namespace idempotency
 {
 
-int injected_fault = 0;
+int injected_fault = fault_none;
 
 void throw_injected_fault()
 {
-    if (injected_fault == 2)
+    if (injected_fault == fault_out_of_memory)
         throw std::bad_alloc();
     throw std::runtime_error("fault injected by idempotency.inject_fault");
 }

@@ -34,8 +34,16 @@ struct CaughtException
     char message[256];
 };
 
-// Non-zero when idempotency.inject_fault asks every entry point to throw, so
-// that tests can prove the boundary (see module.cpp).
+// idempotency.inject_fault (module.cpp), for tests: the first two make every
+// entry point throw, to prove the boundary; the last pauses a subtransaction's
+// rollback where a reader must still see the claims it leaves (claims.cpp).
+enum InjectedFault
+{
+    fault_none,
+    fault_exception,
+    fault_out_of_memory,
+    fault_pause_at_subtransaction_abort
+};
 extern int injected_fault;
 [[noreturn]] void throw_injected_fault();
 
@@ -55,7 +63,7 @@ template <typename Body> inline auto guarded(Body &&body) -> decltype(body())
     CaughtException caught;
     try
     {
-        if (unlikely(injected_fault != 0))
+        if (unlikely(injected_fault == fault_exception || injected_fault == fault_out_of_memory))
             throw_injected_fault();
         return body();
     }

@@ -2,7 +2,7 @@
 // the listing of a scope, key_problem, expire, stats.
 #include "arguments.hpp"
 #include "boundary.hpp"
-#include "deferred.hpp"
+#include "claims.hpp"
 #include "module.hpp"
 #include "stats.hpp"
 #include "store.hpp"
@@ -128,11 +128,11 @@ HeapTuple lookup_tuple(TupleDesc desc, const Record &record)
 bool lookup_record(Storage &storage, const store::Key &key, bool latest, Record *record)
 {
     if (latest)
-        *record = store::read_latest(storage, key);
+        *record = idempotency::claims::read_latest(storage, key);
     else
     {
         Snapshot snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
-        *record = store::read_visible(storage, key, snapshot);
+        *record = idempotency::claims::read_visible(storage, key, snapshot);
     }
     if (!record->found)
         return record->held_by_other();
@@ -236,7 +236,7 @@ IDEMPOTENCY_FUNCTION(idempotency_keys)
     ReturnSetInfo *result = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
     // This transaction's deferred claims are listed as their rows, which
     // the statement's snapshot sees once written, with a later command id.
-    bool wrote = idempotency::deferred::write_all();
+    bool wrote = idempotency::claims::write_all();
     if (wrote)
     {
         PushCopiedSnapshot(ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot());

@@ -1,6 +1,6 @@
 // Module magic, _PG_init and the settings.
 #include "boundary.hpp"
-#include "deferred.hpp"
+#include "claims.hpp"
 #include "module.hpp"
 #include "stats.hpp"
 #include "worker.hpp"
@@ -37,7 +37,11 @@ bool defer_claims = true;
 
 // Values of idempotency.inject_fault, in the order of idempotency::injected_fault.
 static const struct config_enum_entry fault_options[] = {
-    {"none", 0, false}, {"exception", 1, false}, {"out_of_memory", 2, false}, {nullptr, 0, false}};
+    {"none", fault_none, false},
+    {"exception", fault_exception, false},
+    {"out_of_memory", fault_out_of_memory, false},
+    {"pause_at_subtransaction_abort", fault_pause_at_subtransaction_abort, false},
+    {nullptr, 0, false}};
 
 static const struct config_enum_entry tenant_isolation_options[] = {
     {"off", tenant_isolation_off, false},
@@ -118,9 +122,10 @@ static void define()
         "from idempotency_begin on.",
         &defer_claims, defer_claims, PGC_USERSET, 0, nullptr, nullptr, nullptr);
     DefineCustomEnumVariable(
-        "idempotency.inject_fault", "Makes every function of the extension throw (for testing).",
-        "exception throws a C++ exception, out_of_memory a std::bad_alloc; both must come out as "
-        "ordinary errors.",
+        "idempotency.inject_fault", "Injects a fault, for testing.",
+        "exception makes every function throw a C++ exception, out_of_memory a std::bad_alloc; "
+        "both must come out as ordinary errors.  pause_at_subtransaction_abort holds the "
+        "rollback of a subtransaction while another session holds pg_advisory_lock(18756).",
         &injected_fault, 0, fault_options, PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr,
         nullptr, nullptr);
 #if PG_VERSION_NUM >= 150000
@@ -142,7 +147,7 @@ static void request_shared_memory()
     if (previous_request_hook)
         previous_request_hook();
     idempotency::stats::reserve_shared_memory();
-    idempotency::deferred::reserve_shared_memory();
+    idempotency::claims::reserve_shared_memory();
 }
 
 static void attach_shared_memory()
@@ -150,7 +155,7 @@ static void attach_shared_memory()
     if (previous_startup_hook)
         previous_startup_hook();
     idempotency::stats::attach_shared_memory();
-    idempotency::deferred::attach_shared_memory();
+    idempotency::claims::attach_shared_memory();
 }
 
 void _PG_init(void)

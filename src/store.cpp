@@ -3,7 +3,6 @@
 #include "store.hpp"
 #include "citus.hpp"
 #include "compat.hpp"
-#include "deferred.hpp"
 
 extern "C"
 {
@@ -428,9 +427,6 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
 
 Record read_latest(const Storage &storage, const Key &key)
 {
-    Record deferred_claim;
-    if (deferred::find(key, true, &deferred_claim))
-        return deferred_claim;
     SnapshotData dirty;
     InitDirtySnapshot(dirty);
     return scan_key(storage, key, &dirty);
@@ -438,9 +434,6 @@ Record read_latest(const Storage &storage, const Key &key)
 
 Record read_visible(const Storage &storage, const Key &key, Snapshot snapshot)
 {
-    Record own_deferred_claim;
-    if (deferred::find(key, false, &own_deferred_claim))
-        return own_deferred_claim;
     return scan_key(storage, key, snapshot);
 }
 
@@ -492,10 +485,8 @@ static bool is_of_key(const Storage &storage, const Record &record, const Key &k
            same_text(record.values[col_key], key.key);
 }
 
-bool fetch_own_claim(const Storage &storage, const Key &key, Record *record)
+bool fetch_last_write(const Storage &storage, const Key &key, Record *record)
 {
-    if (deferred::find(key, false, record))
-        return true;
     if (last_write.heap != RelationGetRelid(storage.heap) ||
         last_write.lxid != compat::current_lxid())
         return false;
@@ -549,28 +540,14 @@ void insert_record(Storage &storage, const Key &key, Record &record)
     written(storage, record, slot);
 }
 
-// The key a record holds.
-static Key key_of(const Record &record)
+Key key_of(const Record &record)
 {
     return Key{DatumGetObjectId(record.values[col_tenant]), record.values[col_scope],
                record.values[col_key]};
 }
 
-// The row of the caller's own deferred claim, with `record`'s values.
-static void write_deferred(Storage &storage, Record &record)
-{
-    Key key = key_of(record);
-    insert_record(storage, key, record);
-    deferred::note_written(key);
-}
-
 void update_record(Storage &storage, Record &record)
 {
-    if (record.deferred)
-    {
-        write_deferred(storage, record);
-        return;
-    }
     WriteContext *writes = start_writes(storage);
     TupleTableSlot *old_version = store_address(writes->old_version, record.tid);
     TupleTableSlot *slot = store_values(writes->new_version, record);
@@ -582,11 +559,8 @@ void update_record(Storage &storage, Record &record)
 
 void delete_record(Storage &storage, const Record &record)
 {
-    Record written_record = record;
-    if (record.deferred)
-        write_deferred(storage, written_record);
     WriteContext *writes = start_writes(storage);
-    TupleTableSlot *old_version = store_address(writes->old_version, written_record.tid);
+    TupleTableSlot *old_version = store_address(writes->old_version, record.tid);
     run_write([&] {
         ExecSimpleRelationDelete(writes->result, writes->estate, &writes->epq, old_version);
     });

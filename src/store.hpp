@@ -4,27 +4,20 @@
 // ready index of the table -- including one being built concurrently or added
 // by a DBA -- checks its constraints and fires its row triggers.
 //
-// Concurrency scheme (the reason for every function here):
-//  * Reads use a dirty snapshot: they see the newest committed version, plus
-//    versions written by transactions still in progress, flagged as such with
-//    the writer's transaction id.  So a caller never claims a key because its
-//    own snapshot is older than a completion, whatever the isolation level,
-//    and it can tell an uncommitted claim by another transaction (in_progress,
-//    or mismatch) from a committed one.  A version that a transaction still in
-//    progress is deleting (a sweep that may yet roll back) or replacing counts
-//    as held by that transaction, never as absent.
-//  * Every write of a committed version happens under the key's lock -- a
-//    heavyweight lock in the advisory lock space, tagged (database, 64-bit
-//    hash of scope and key, key_lock_tag): the writer takes it, reads,
-//    decides, writes, and lets it go.  From then on its uncommitted version
-//    keeps everyone else out: they see it and answer in_progress or mismatch,
-//    or wait for its transaction (an ordinary lock wait on the transaction
-//    id).  So two callers never both claim, a write never meets a concurrent
-//    change of its row, and a transaction holds at most one key lock at a
-//    time, however many keys it claims.  Callers that only read never take
-//    it, nor does a transaction that changes its own uncommitted claim
-//    (complete after begin): nobody else can see, let alone write, that
-//    version before the transaction ends.
+// What the storage gives the claim protocol above it (claims.hpp, which
+// decides who may write what, and when):
+//  * Reads through a dirty snapshot (read_latest): the newest committed
+//    version, plus versions written by transactions still in progress,
+//    flagged as such with the writer's transaction id.  So a caller never
+//    claims a key because its own snapshot is older than a completion,
+//    whatever the isolation level, and it can tell an uncommitted claim by
+//    another transaction from a committed one.  A version that a transaction
+//    still in progress is deleting (a sweep that may yet roll back) or
+//    replacing counts as held by that transaction, never as absent.
+//  * The key lock: a heavyweight lock in the advisory lock space, tagged
+//    (database, 64-bit hash of scope and key, key_lock_tag), taken and let
+//    go around each decision to write a key (claims.hpp, rule K), so that a
+//    transaction holds at most one at a time.
 //  * The expiry sweep never waits for a request: it deletes a row only when it
 //    gets the key's lock at once and the version is still the newest one,
 //    with nobody changing it; otherwise it skips the row for the next round.
@@ -147,7 +140,7 @@ struct Record
     bool found;
     Writer writer;
     TransactionId writer_xid; // for Writer::other: the transaction to wait for
-    bool deferred = false;    // a deferred claim (deferred.hpp): no row, tid invalid
+    bool deferred = false;    // a deferred claim (claims.hpp): no row, tid invalid
     ItemPointerData tid;
     Datum values[column_count];
     bool nulls[column_count];
@@ -197,16 +190,16 @@ void close(Storage &storage);
 // other function takes the stored key.
 Key stored_key(const Storage &storage, const Key &key);
 
-// The newest version of the key, seen through a dirty snapshot, or a
-// deferred claim of it (deferred.hpp), which stands for its row.
+// The newest version of the key, seen through a dirty snapshot.
 Record read_latest(const Storage &storage, const Key &key);
-// The caller's own uncommitted claim on the key, fetched by its address
+// The caller's own uncommitted version of the key, fetched by its address
 // without an index scan when it is the version this backend wrote last (the
 // usual complete after begin).  False when it is not; read_latest then knows.
-bool fetch_own_claim(const Storage &storage, const Key &key, Record *record);
-// The version of the key visible to an MVCC snapshot (or this transaction's
-// own deferred claim of it).
+bool fetch_last_write(const Storage &storage, const Key &key, Record *record);
+// The version of the key visible to an MVCC snapshot.
 Record read_visible(const Storage &storage, const Key &key, Snapshot snapshot);
+// The key a decoded record holds.
+Key key_of(const Record &record);
 
 // Sets when `record` expires, and when the sweep will look at it.  The sweep
 // finds records through an index on sweep_at, a whole second 1 to 2 seconds
@@ -220,11 +213,8 @@ void set_expiry(const Storage &storage, Record &record, TimestampTz expires_at);
 void insert_record(Storage &storage, const Key &key, Record &record);
 // Replaces the version `record.tid` with `record`'s values; the caller holds
 // the key lock, or the version is its own transaction's uncommitted one.
-// The caller's own deferred claim has no version: its row is inserted.
 void update_record(Storage &storage, Record &record);
-// Deletes the version `record.tid`, under the same conditions (a deferred
-// claim is written first, so that the deletion rolls back with its
-// subtransaction like any other).
+// Deletes the version `record.tid`, under the same conditions.
 void delete_record(Storage &storage, const Record &record);
 
 // The records of one scope in key order, as an MVCC snapshot sees them,
