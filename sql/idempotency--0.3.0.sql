@@ -307,19 +307,22 @@ CREATE TYPE @extschema@.idempotency_lookup_result AS (
 COMMENT ON TYPE @extschema@.idempotency_lookup_result IS 'result row of idempotency_lookup';
 
 -- VOLATILE: with latest => true it reads the newest version, not the
--- statement's snapshot.
+-- statement's snapshot.  PARALLEL RESTRICTED: the caller's own deferred claim
+-- is held in its backend, which a parallel worker cannot see.
 CREATE FUNCTION @extschema@.idempotency_lookup(scope text, key text, latest boolean DEFAULT false)
     RETURNS SETOF @extschema@.idempotency_lookup_result
-    AS 'MODULE_PATHNAME', 'idempotency_lookup' LANGUAGE C VOLATILE PARALLEL SAFE ROWS 1;
+    AS 'MODULE_PATHNAME', 'idempotency_lookup' LANGUAGE C VOLATILE PARALLEL RESTRICTED ROWS 1;
 COMMENT ON FUNCTION @extschema@.idempotency_lookup(text, text, boolean) IS
     'the live record of (scope, key) as the statement''s snapshot sees it, or with latest the newest one as idempotency_begin sees it; no row when absent or expired';
 
+-- VOLATILE PARALLEL UNSAFE: it writes the rows of the caller's deferred
+-- claims before it lists them.
 CREATE FUNCTION @extschema@.idempotency_keys(
     scope text, after_key text DEFAULT NULL, max_keys integer DEFAULT 100)
     RETURNS TABLE (key text, status text, attempt integer, response_status integer,
                    created_at timestamptz, lease_expires_at timestamptz,
                    completed_at timestamptz, expires_at timestamptz, committed boolean)
-    AS 'MODULE_PATHNAME', 'idempotency_keys' LANGUAGE C STABLE PARALLEL SAFE ROWS 100;
+    AS 'MODULE_PATHNAME', 'idempotency_keys' LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 100;
 COMMENT ON FUNCTION @extschema@.idempotency_keys(text, text, integer) IS
     'a page of the live keys of a scope after after_key, in key order, without bodies';
 
@@ -416,8 +419,7 @@ REVOKE ALL ON FUNCTION @extschema@.idempotency_scope_stats_refresh() FROM PUBLIC
 
 -- ---------------------------------------------------------------------------
 -- Citus: the keys co-located with the business tables (README, "Citus").
--- The same definition is in idempotency--0.2.0.sql and the 0.1.0--0.2.0
--- upgrade.  Citus's functions and catalogs are named only inside the body,
+-- The same definition is in the 0.1.0--0.2.0 upgrade.  Citus's functions and catalogs are named only inside the body,
 -- which PL/pgSQL plans when it runs: the extension does not need Citus.
 -- ---------------------------------------------------------------------------
 
