@@ -44,6 +44,15 @@ SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k2', request_hash('r'::text
 SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k2', request_hash('r'::text), wait => '-1 ms') $$);
 SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k2', request_hash('r'::text), wait => '1 hour 1 second') $$);
 SELECT pg_temp.try($$ SELECT idempotency_checkpoint('s', 'held', 'p', lease => '-5 minutes') $$);
+-- ... by their effect on a time: no negative part (a month is 28 to 31 days,
+-- a day 23 to 25 hours, so a mix of signs ends before it starts on some
+-- dates), ending after now and at most 3650 days later
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', request_hash('r'::text), ttl => '-1 mon 30 days 23 hours') $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', request_hash('r'::text), ttl => '1 day -1 hour') $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k2', request_hash('r'::text), lease => '-1 mon 30 days 23 hours') $$);
+SELECT pg_temp.try($$ SELECT idempotency_checkpoint('s', 'held', 'p', lease => '1 mon -27 days') $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', request_hash('r'::text), ttl => '10 years') $$);
+SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', request_hash('r'::text), ttl => '1000000 years') $$);
 SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'held', 99) $$);
 SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'held', 600) $$);
 SELECT pg_temp.try($$ SELECT idempotency_expire(-1) $$);

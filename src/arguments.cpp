@@ -16,7 +16,7 @@ extern "C"
 namespace idempotency::arguments
 {
 
-// Compared with an interval's length as interval comparison sees it.
+// The latest end of a ttl or lease, after now.
 constexpr int64 max_ttl_or_lease_us = int64(settings::max_duration_s) * USECS_PER_SEC;
 
 Datum required_arg(FunctionCallInfo fcinfo, int n, const char *name)
@@ -83,7 +83,7 @@ store::Key key_args(FunctionCallInfo fcinfo)
 }
 
 // An interval's length as interval comparison sees it (a month is 30 days).
-__int128 interval_span_us(const Interval *interval)
+static __int128 interval_span_us(const Interval *interval)
 {
     return (__int128)interval->time + (__int128)interval->day * USECS_PER_DAY +
            (__int128)interval->month * DAYS_PER_MONTH * USECS_PER_DAY;
@@ -106,34 +106,66 @@ bool has_arg(FunctionCallInfo fcinfo, int n)
     return n < PG_NARGS() && !PG_ARGISNULL(n);
 }
 
-// An optional interval argument within (min, max], or [0, max] when zero is
-// allowed; nullptr when not given.
-static Interval *optional_interval_arg(FunctionCallInfo fcinfo, int n, const char *name,
-                                       bool zero_allowed, int64 max_us, const char *range_text)
+[[noreturn]] static void report_bad_interval(const char *name, const Interval *interval,
+                                             const char *detail)
+{
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("invalid %s \"%s\"", name, interval_text(interval)),
+                    errdetail(detail, name), errhidestmt(true)));
+    pg_unreachable();
+}
+
+// The wait argument: a duration in [0, max_us], measured as interval
+// comparison measures it; nullptr when not given.
+static Interval *optional_duration_arg(FunctionCallInfo fcinfo, int n, const char *name,
+                                       int64 max_us, const char *range_detail)
 {
     if (!has_arg(fcinfo, n))
         return nullptr;
     Interval *interval = PG_GETARG_INTERVAL_P(n);
     __int128 span = interval_span_us(interval);
-    if (span < 0 || (span == 0 && !zero_allowed) || span > max_us)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("invalid %s \"%s\"", name, interval_text(interval)),
-                        errdetail("%s must be %s.", name, range_text), errhidestmt(true)));
+    if (span < 0 || span > max_us)
+        report_bad_interval(name, interval, range_detail);
+    return interval;
+}
+
+// A ttl or lease argument, nullptr when not given.  Added to a time with
+// calendar arithmetic (timestamptz + interval), so it is checked by its
+// effect: the end must lie after now, and at most 3650 days after it.  And
+// no part may be negative: a month is 28 to 31 days and a day 23 to 25 hours,
+// so a mix of signs can end after its start on one date and before it on
+// another -- a ttl is added again when the key is completed.  With every
+// part zero or more, the end never comes before the start on any date.
+static Interval *optional_span_arg(FunctionCallInfo fcinfo, int n, const char *name)
+{
+    if (!has_arg(fcinfo, n))
+        return nullptr;
+    Interval *interval = PG_GETARG_INTERVAL_P(n);
+    if (interval->month < 0 || interval->day < 0 || interval->time < 0)
+        report_bad_interval(name, interval,
+                            "No part of %s may be negative: months, days and time are added "
+                            "one after the other, so a mix of signs may end before it starts.");
+    // Far beyond the limit (or infinite), the addition itself would fail.
+    TimestampTz now = GetCurrentTimestamp();
+    TimestampTz end = interval_span_us(interval) > 2 * (__int128)max_ttl_or_lease_us
+                          ? DT_NOEND
+                          : plus_interval(now, interval);
+    if (end <= now || end > now + max_ttl_or_lease_us)
+        report_bad_interval(name, interval,
+                            "%s must end after now and at most 3650 days after it.");
     return interval;
 }
 
 Interval *ttl_arg(FunctionCallInfo fcinfo, int n)
 {
-    Interval *ttl = optional_interval_arg(fcinfo, n, "ttl", false, max_ttl_or_lease_us,
-                                          "greater than zero and at most 3650 days");
+    Interval *ttl = optional_span_arg(fcinfo, n, "ttl");
     return ttl ? ttl : interval_from_us(int64(settings::default_ttl_s) * USECS_PER_SEC);
 }
 
 // The lease argument, nullptr when not given: the caller knows the default.
 Interval *optional_lease_arg(FunctionCallInfo fcinfo, int n)
 {
-    return optional_interval_arg(fcinfo, n, "lease", false, max_ttl_or_lease_us,
-                                 "greater than zero and at most 3650 days");
+    return optional_span_arg(fcinfo, n, "lease");
 }
 
 Interval *default_lease()
@@ -144,7 +176,7 @@ Interval *default_lease()
 int64 wait_arg_us(FunctionCallInfo fcinfo, int n)
 {
     Interval *wait =
-        optional_interval_arg(fcinfo, n, "wait", true, max_wait_us, "between 0 and 1 hour");
+        optional_duration_arg(fcinfo, n, "wait", max_wait_us, "%s must be between 0 and 1 hour.");
     return wait ? int64(interval_span_us(wait)) : int64(settings::default_wait_ms) * 1000;
 }
 

@@ -44,8 +44,8 @@ store::Key key_args(FunctionCallInfo fcinfo);
 // With idempotency.tenant_isolation = role, the calling role; else none.
 Oid tenant_of_caller();
 
-// Intervals: ttl and lease within (0, 3650 days], wait within [0, 1 hour].
-__int128 interval_span_us(const Interval *interval);
+// Intervals: ttl and lease end after now and at most 3650 days after it,
+// with no negative part; wait within [0, 1 hour].
 Interval *interval_from_us(int64 us);
 Interval *ttl_arg(FunctionCallInfo fcinfo, int n);
 Interval *optional_lease_arg(FunctionCallInfo fcinfo, int n); // nullptr when not given
