@@ -247,6 +247,15 @@ SELECT idempotency_expire();
 SELECT idempotency_expire();
 SELECT key FROM idempotency.keys WHERE scope = 'gc' ORDER BY key;
 COMMIT;
+-- ... every record past its expiry, also in the second or two before the
+-- sweep_at the sweep's index finds it by: here one expired a microsecond
+-- after its completion.
+BEGIN;
+SELECT outcome FROM idempotency_begin('gc', 'just-expired', request_hash('r'::text), ttl => '1 microsecond');
+SELECT idempotency_complete('gc', 'just-expired', 200);
+SELECT idempotency_expire();
+SELECT count(*) AS left_behind FROM idempotency.keys WHERE key = 'just-expired';
+COMMIT;
 
 -- Statistics are kept when the library is preloaded, as in make test's
 -- cluster, and are NULL when it is not (make installcheck on a server that

@@ -573,6 +573,9 @@ static TimestampTz whole_second_after(TimestampTz t)
     return rest == 0 ? t : t + (rest > 0 ? USECS_PER_SEC - rest : -rest);
 }
 
+// How far sweep_at may lie after expires_at (see set_expiry): less than this.
+constexpr TimestampTz sweep_lag_us = 2 * USECS_PER_SEC;
+
 void set_expiry(const Storage &storage, Record &record, TimestampTz expires_at)
 {
     if (!storage.has(col_sweep_at))
@@ -583,7 +586,7 @@ void set_expiry(const Storage &storage, Record &record, TimestampTz expires_at)
     record.set(col_expires_at, TimestampTzGetDatum(expires_at));
     bool keep = record.found && !record.nulls[col_sweep_at] &&
                 DatumGetTimestampTz(record.values[col_sweep_at]) >= expires_at &&
-                DatumGetTimestampTz(record.values[col_sweep_at]) < expires_at + 2 * USECS_PER_SEC;
+                DatumGetTimestampTz(record.values[col_sweep_at]) < expires_at + sweep_lag_us;
     if (!keep)
         record.set(col_sweep_at,
                    TimestampTzGetDatum(whole_second_after(expires_at) + USECS_PER_SEC));
@@ -714,11 +717,14 @@ static void delete_if_idle(Sweep &sweep)
     unlock_key(key);
 }
 
-// Records past their expiry, in expiry order.
+// Records past their expiry, in expiry order.  The index on sweep_at finds
+// every record whose expires_at has passed among those with sweep_at up to
+// sweep_lag_us from now; the rest of those are not expired yet.
 static void delete_expired(Sweep &sweep, TimestampTz now)
 {
+    TimestampTz last = sweep.storage.has(col_sweep_at) ? now + sweep_lag_us : now;
     ScanKeyData bound;
-    ScanKeyInit(&bound, 1, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
+    ScanKeyInit(&bound, 1, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE, TimestampTzGetDatum(last));
     IndexScanDesc scan = compat::begin_index_scan(
         sweep.storage.heap, expiry_index(sweep.storage, sweep.writes), GetActiveSnapshot(), 1);
     index_rescan(scan, &bound, 1, nullptr, 0);
