@@ -33,16 +33,17 @@ DROP INDEX idempotency.keys_request_idx;
 
 -- AFTER ROW triggers fire for every write, the sweep's deletes included (the
 -- way trigger-based tools such as pg_repack follow the table).  A claim
--- completed in its own transaction is one INSERT of the completed row; with
--- idempotency.defer_claims off, the claim's INSERT and the completion's
--- UPDATE.
-CREATE TABLE key_changes (op text, key text, status "char");
+-- completed in its own transaction is one INSERT of the completed row where
+-- claims are deferred (the library preloaded, with slots); with
+-- idempotency.defer_claims off, or without the preload, the claim's INSERT
+-- and the completion's UPDATE.
+CREATE TABLE key_changes (n serial, op text, key text, status "char");
 CREATE FUNCTION log_key_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        INSERT INTO key_changes VALUES (TG_OP, OLD.key, OLD.status);
+        INSERT INTO key_changes (op, key, status) VALUES (TG_OP, OLD.key, OLD.status);
     ELSE
-        INSERT INTO key_changes VALUES (TG_OP, NEW.key, NEW.status);
+        INSERT INTO key_changes (op, key, status) VALUES (TG_OP, NEW.key, NEW.status);
     END IF;
     RETURN NULL;
 END $$;
@@ -62,7 +63,12 @@ SELECT idempotency_checkpoint('s', 'two-phase', 'charged') > now() AS lease_rene
 UPDATE idempotency.keys SET expires_at = now() - interval '1 second', sweep_at = now() - interval '1 second'
  WHERE key = 'logged';
 SELECT idempotency_expire() AS expired;
-SELECT * FROM key_changes;
+SELECT op, key, status FROM key_changes WHERE key <> 'logged' ORDER BY n;
+SELECT string_agg(op || ' ' || status::text, ', ' ORDER BY n)
+       = CASE WHEN coalesce(current_setting('idempotency.max_deferred_claims', true), '0')::int > 0
+              THEN 'INSERT c, UPDATE c, DELETE c'
+              ELSE 'INSERT p, UPDATE c, UPDATE c, DELETE c' END AS logged_as_expected
+  FROM key_changes WHERE key = 'logged';
 DROP TRIGGER log_changes ON idempotency.keys;
 
 -- A BEFORE ROW trigger that suppresses the write would leave a claim or a
