@@ -37,6 +37,23 @@ void report_exception(const CaughtException &caught)
     pg_unreachable();
 }
 
+void rethrow_without_request_data(MemoryContext context)
+{
+    MemoryContextSwitchTo(context);
+    ErrorData *error = CopyErrorData();
+    FlushErrorState();
+    error->hide_stmt = true;
+    if (error->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED && error->detail_log != nullptr)
+    {
+        // The detail for the client (which process waits for which) is
+        // logged instead.
+        error->detail_log = nullptr;
+        error->hint = pstrdup("The statements of the processes are not logged: they may contain "
+                              "request data.");
+    }
+    ReThrowError(error);
+}
+
 char *key_for_message(Datum key)
 {
     constexpr int shown_bytes = 32;

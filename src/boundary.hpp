@@ -82,10 +82,38 @@ template <typename Body> inline auto guarded(Body &&body) -> decltype(body())
     report_exception(caught);
 }
 
+// The other half of the boundary, for PostgreSQL's errors: a statement that
+// calls the extension may hold request data in its text (client-side
+// binding puts bodies there), and PostgreSQL logs the statement of an error.
+// Every error raised inside a call -- the extension's own, and PostgreSQL's,
+// such as a cancel, a lock timeout or a missing table -- is therefore logged
+// without its statement, and a deadlock without the other sessions'
+// statements, which its log detail would quote.  `body` must not throw: it
+// is guarded() itself, or code that calls no C++ that throws.
+[[noreturn]] void rethrow_without_request_data(MemoryContext context);
+
+template <typename Body> inline Datum errors_without_request_data(Body &&body)
+{
+    MemoryContext context = CurrentMemoryContext;
+    volatile Datum result = (Datum)0;
+    PG_TRY();
+    {
+        result = body();
+    }
+    PG_CATCH();
+    {
+        rethrow_without_request_data(context);
+    }
+    PG_END_TRY();
+    return result;
+}
+
 } // namespace idempotency
 
 // Defines the SQL-callable C function `name`; the block that follows is its
-// body, a function of `fcinfo` returning Datum, run inside guarded().
+// body, a function of `fcinfo` returning Datum, run inside guarded() inside
+// errors_without_request_data(): no C++ exception leaves it, and no error
+// it raises logs request data.
 #define IDEMPOTENCY_FUNCTION(name)                                                                 \
     static Datum name##_body(FunctionCallInfo fcinfo);                                             \
     extern "C"                                                                                     \
@@ -94,6 +122,8 @@ template <typename Body> inline auto guarded(Body &&body) -> decltype(body())
     }                                                                                              \
     extern "C" Datum name(PG_FUNCTION_ARGS)                                                        \
     {                                                                                              \
-        return idempotency::guarded([fcinfo] { return name##_body(fcinfo); });                     \
+        return idempotency::errors_without_request_data([fcinfo] {                                 \
+            return idempotency::guarded([fcinfo] { return name##_body(fcinfo); });                 \
+        });                                                                                        \
     }                                                                                              \
     static Datum name##_body(FunctionCallInfo fcinfo)

@@ -167,6 +167,77 @@ ok($node->poll_query_until($db, q{SELECT count(*) = 0 FROM idempotency.keys WHER
 	'once repaired, the sweep deletes them');
 
 # ---------------------------------------------------------------------------
+# Statements that carry the payload in their text, as with client-side
+# binding, at the default log settings (no log_statement): PostgreSQL logs
+# the statement of an error, and every error raised inside a call of the
+# extension -- its own, or PostgreSQL's -- must leave it out.
+# ---------------------------------------------------------------------------
+query(q{ALTER SYSTEM SET log_statement = 'none'; SELECT pg_reload_conf()});
+my $literal_body = qq{'{"card": "$marker"}'};
+my $literal_request = "request_hash(${literal_body}::jsonb)";
+
+# A control: PostgreSQL's own error logs the statement, marker and all.
+my $statement_control = "$marker-statement";
+my ($control_state) = sql_error($node, $db, qq{SELECT 1 / 0, '$statement_control'});
+is($control_state, '22012', 'a statement failing outside the extension');
+
+error_path('IK001', qq{SELECT idempotency_complete('s', 'nobody', 200, $literal_body)},
+	'complete of an unclaimed key, the body in the statement');
+error_path('57014',
+	qq{SET statement_timeout = '50ms';
+	   SELECT idempotency_begin('s', 'held', request_hash('r'::text), wait => '10s', claim_data => $literal_body)},
+	'a wait cancelled by statement_timeout, the payload in the statement');
+
+# A deadlock between two waits: each session holds a key the other waits
+# for.  The victim's error would quote both statements in the log.
+{
+	my @sessions = map { $node->background_psql($db, on_error_stop => 0) } 0 .. 1;
+	for my $n (0, 1)
+	{
+		$sessions[$n]->query_safe('BEGIN');
+		$sessions[$n]->query_safe(
+			"SELECT outcome FROM idempotency_begin('s', 'dead$n', request_hash('r'::text), claim_data => $literal_body)");
+	}
+	for my $n (0, 1)
+	{
+		my $other = 1 - $n;
+		$sessions[$n]->query_until(qr/waiting/, qq{\\echo waiting
+			SELECT outcome FROM idempotency_begin('s', 'dead$other', request_hash('r'::text),
+			    wait => '1 min', claim_data => $literal_body);\n});
+	}
+	# The deadlock detector ends one wait; the other then ends too.
+	$node->poll_query_until($db,
+		q{SELECT count(*) = 0 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%dead%'})
+	  or die 'the sessions still wait';
+	my $errors = join '', map { $_->query('SELECT 1'); $_->{stderr} } @sessions;
+	like($errors, qr/deadlock detected/, 'one of the waits is a deadlock victim');
+	unlike($errors, qr/\Q$marker\E/, 'the deadlock error shows no request data to the client');
+	$_->quit for @sessions;
+}
+
+# DROP EXTENSION commits while a completion waits for the table: the call
+# then fails with 42P01, in another database so that the rest stays.
+{
+	query('CREATE DATABASE dropped');
+	$node->safe_psql('dropped', 'CREATE EXTENSION idempotency');
+	my $dropper = $node->background_psql('dropped');
+	$dropper->query_safe('BEGIN; DROP EXTENSION idempotency');
+	my $caller = $node->background_psql('dropped', on_error_stop => 0);
+	$caller->query_until(qr/waiting/, qq{\\echo waiting
+		SELECT idempotency_complete('s', 'k', 200, $literal_body);\n});
+	$node->poll_query_until('dropped',
+		q{SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idempotency_complete%'})
+	  or die 'the completion never waited';
+	$dropper->query_safe('COMMIT');
+	$caller->query('SELECT 1');    # the completion has failed by now
+	like($caller->{stderr}, qr/relation "idempotency.keys" does not exist/,
+		'a completion that waited for DROP EXTENSION: 42P01');
+	unlike($caller->{stderr}, qr/\Q$marker\E/, '... showing no body to the client');
+	$_->quit for ($dropper, $caller);
+}
+query(q{ALTER SYSTEM RESET log_statement; SELECT pg_reload_conf()});
+
+# ---------------------------------------------------------------------------
 # The log
 # ---------------------------------------------------------------------------
 
@@ -177,6 +248,9 @@ query(sprintf(q{DO $$ BEGIN RAISE LOG '%%', %s; END $$}, hidden($control)));
 $node->stop;
 my $log = slurp_file($node->logfile);
 like($log, qr/\Q$control\E/, 'a marker logged on purpose is found in the log');
+like($log, qr/STATEMENT:  SELECT 1 \/ 0, '\Q$statement_control\E'/,
+	'the statement of an error outside the extension is logged, marker and all');
+$log =~ s/\Q$statement_control\E//g;
 $log =~ s/\Q$control\E//g;
 my $leaks = () = $log =~ /\Q$marker\E/g;
 is($leaks, 0, 'the server log never contains a response body, header or recovery point');
