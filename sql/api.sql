@@ -120,6 +120,19 @@ SELECT idempotency_release('pay', 'charge-1', attempt => 1);
 SELECT outcome, attempt, recovery_point FROM idempotency_begin('pay', 'charge-1', request_hash('10 EUR'::text), lease => '1 hour');
 SELECT idempotency_complete('pay', 'charge-1', 200, '{"charged": true}', attempt => 2);
 SELECT outcome, attempt, response_body FROM idempotency_begin('pay', 'charge-1', request_hash('10 EUR'::text));
+-- The same within one transaction: a claim released there (or dropped by a
+-- server error) and claimed again is taken over with attempt + 1 and a new
+-- lease, which its commit keeps; answering claimed without renewing it would
+-- hand the key to the next caller once the transaction commits.
+BEGIN;
+SELECT outcome, attempt FROM idempotency_begin('pay', 'charge-2', request_hash('10 EUR'::text), lease => '1 hour');
+SELECT idempotency_release('pay', 'charge-2');
+SELECT outcome, attempt, lease_expires_at > clock_timestamp() + interval '59 minutes' AS lease_renewed
+  FROM idempotency_begin('pay', 'charge-2', request_hash('10 EUR'::text), lease => '1 hour');
+SELECT idempotency_complete('pay', 'charge-2', 503);
+SELECT outcome, attempt FROM idempotency_begin('pay', 'charge-2', request_hash('10 EUR'::text), lease => '1 hour');
+COMMIT;
+SELECT outcome, attempt FROM idempotency_begin('pay', 'charge-2', request_hash('10 EUR'::text), lease => '1 hour');
 
 -- Server errors are not stored by default: the claim is dropped so that a
 -- retry runs again, with the next attempt.

@@ -68,7 +68,7 @@ enum class KeyState
 {
     absent,           // no row, and nobody is changing the key: claim it
     expired,          // past its expiry: claim it as if absent
-    lease_ended,      // committed unfinished claim whose lease ended: take it over
+    lease_ended,      // unfinished claim whose lease ended (committed or own): take it over
     dead_mismatch,    // the same, for another request: taken over only when asked
     own_claim,        // claimed by the calling transaction already
     replay,           // completed for the same request
@@ -100,15 +100,19 @@ KeyState classify(const Record &record, const BeginArgs &args, TimestampTz now)
         return same_request ? KeyState::held_uncommitted : KeyState::mismatch;
     if (record.writer == Writer::committed && record.expired(now))
         return KeyState::expired;
-    bool dead = record.writer == Writer::committed && !record.completed() &&
+    // An unfinished claim whose lease has ended: committed, or this
+    // transaction's own after idempotency_release() or a dropped server
+    // error.  Answering claimed on such an own claim without renewing it
+    // would let another caller take it over once this transaction commits.
+    bool dead = record.writer != Writer::other && !record.completed() &&
                 record.lease_expires_at() <= now;
     if (!same_request)
         return dead && args.take_over_mismatch ? KeyState::dead_mismatch : KeyState::mismatch;
     if (record.completed())
         return KeyState::replay;
-    if (record.writer == Writer::self)
-        return KeyState::own_claim;
-    return dead ? KeyState::lease_ended : KeyState::held_leased;
+    if (dead)
+        return KeyState::lease_ended;
+    return record.writer == Writer::self ? KeyState::own_claim : KeyState::held_leased;
 }
 
 bool needs_claim(KeyState state)
@@ -250,7 +254,7 @@ BeginAnswer begin_once(Storage &storage, const BeginArgs &args)
         fill_claim(storage, record, args, state, now);
         if (state != KeyState::absent)
         {
-            store::update_record(storage, record);
+            idempotency::claims::write(storage, record);
             result = answer(Outcome::claimed, record);
         }
         else if (idempotency::claims::claim_absent(storage, args.key, record, deferrable(args)))
