@@ -1,0 +1,477 @@
+#!/usr/bin/python3
+"""Differential test of deferred claims (src/claims.hpp).
+
+One generator of random operation sequences over a few keys and sessions --
+idempotency_begin / _complete / _checkpoint / _release / _forget / _lookup /
+_keys, the business write of a claimed request, BEGIN, COMMIT, ROLLBACK,
+savepoints and their rollbacks, PREPARE TRANSACTION and COMMIT/ROLLBACK
+PREPARED, cancelled waits and terminated sessions -- is run twice per seed:
+with idempotency.defer_claims on and off.  Every answer and the final tables
+must be identical.  The driver runs one operation at a time; an operation
+that waits for another session's transaction (which, idle, will not end) is
+cancelled once the server shows it waiting, in both runs alike.
+
+Beside the comparison, an oracle follows every session's transaction (its
+savepoints, failures and prepared state) and what committed, and checks
+each `claimed` answer as it comes: no other open or prepared transaction may
+have claimed or written the key, and what committed for it must be nothing,
+or a claim whose lease has ended -- never a live claim, never a completed
+response.  So at no moment do two sessions hold `claimed` for one key, and a
+completed key is never run again.
+
+Usage: claims.py --dsn DSN [--seconds N | --seeds N] [--first-seed N]
+Prints one summary line; exits 1 on any difference or violation, with the
+seed and the operation where it happened.
+"""
+import argparse
+import random
+import sys
+import threading
+import time
+
+import psycopg
+
+SCOPE = 'diff'
+KEYS = ['k0', 'k1', 'k2']
+SESSIONS = 3
+OPERATIONS = 60
+# An in-progress claim whose lease ends during a run would let a takeover in,
+# which the oracle would have to time; a run is far shorter than a minute.
+LEASE = '1 hour'
+
+
+class Violation(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------------
+# The oracle: what each transaction did to each key, and what committed
+# ---------------------------------------------------------------------------
+
+# States of a key: 'absent'; 'held' (an unfinished claim, lease running);
+# 'free' (an unfinished claim whose lease ended: released, or completed with
+# a server error that is not stored); 'completed'.
+class Oracle:
+    def __init__(self):
+        self.committed = {key: 'absent' for key in KEYS}
+        self.prepared = {}  # gid -> {key: state}
+
+    def others_hold(self, sessions, me, key):
+        if any(key in changes for changes in self.prepared.values()):
+            return True
+        return any(s is not me and key in s.live_changes() for s in sessions)
+
+    def check_claimed(self, sessions, me, key):
+        if self.others_hold(sessions, me, key):
+            raise Violation(f'{me.name} claimed {key} while another transaction holds it')
+        own = me.live_changes().get(key)
+        state = own if own is not None else self.committed[key]
+        if state not in ('absent', 'free') and own != 'held':
+            raise Violation(f'{me.name} claimed {key}, whose committed state is {state}')
+
+    def commit(self, changes):
+        self.committed.update(changes)
+
+
+# ---------------------------------------------------------------------------
+# Sessions
+# ---------------------------------------------------------------------------
+
+class Session:
+    def __init__(self, name, dsn, defer, monitor):
+        self.name = name
+        self.dsn = dsn
+        self.defer = defer
+        self.monitor = monitor
+        self.connect()
+
+    def connect(self):
+        self.conn = psycopg.connect(self.dsn, autocommit=True)
+        self.conn.execute('SET idempotency.defer_claims = ' + ('on' if self.defer else 'off'))
+        self.pid = self.conn.execute('SELECT pg_backend_pid()').fetchone()[0]
+        self.reset_transaction()
+
+    def reset_transaction(self):
+        self.in_transaction = False
+        self.failed = False    # the transaction (or its innermost savepoint) failed
+        # Savepoint frames: (name, changes at the savepoint); the first holds
+        # the changes of the transaction itself.
+        self.frames = []
+        self.changes = {}
+        self.claimed = set()   # keys answered claimed in this transaction, for the work
+        self.requests = {}     # key -> request used in this transaction
+
+    def live_changes(self):
+        """What this session's open transaction holds now."""
+        if not self.in_transaction:
+            return {}
+        if self.failed:
+            # A failure inside a savepoint aborted only that subtransaction;
+            # outside any, the whole transaction, which then holds nothing.
+            return dict(self.frames[-1][1]) if self.frames else {}
+        return self.changes
+
+    def run(self, sql, params=()):
+        """Runs one statement; cancels it once the server shows it waiting.
+        Returns ('ok', rows) or ('error', sqlstate)."""
+        outcome = {}
+
+        def work():
+            try:
+                cursor = self.conn.execute(sql, params)
+                outcome['result'] = ('ok', cursor.fetchall() if cursor.description else None)
+            except psycopg.Error as error:
+                outcome['result'] = ('error', error.sqlstate)
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        while True:
+            thread.join(0.002)
+            if not thread.is_alive():
+                return outcome['result']
+            if self.monitor.waiting(self.pid):
+                self.monitor.cancel(self.pid)
+                thread.join()
+                return outcome['result']
+
+
+class Monitor:
+    def __init__(self, dsn):
+        self.conn = psycopg.connect(dsn, autocommit=True)
+
+    def waiting(self, pid):
+        row = self.conn.execute(
+            """SELECT cardinality(pg_blocking_pids(pid)) > 0 OR wait_event_type = 'Extension'
+                 FROM pg_stat_activity WHERE pid = %s AND state = 'active'""", (pid,)).fetchone()
+        return bool(row and row[0])
+
+    def cancel(self, pid):
+        self.conn.execute('SELECT pg_cancel_backend(%s)', (pid,))
+
+    def terminate(self, pid):
+        self.conn.execute('SELECT pg_terminate_backend(%s, 10000)', (pid,))
+
+
+# ---------------------------------------------------------------------------
+# One run of one seed
+# ---------------------------------------------------------------------------
+
+class Run:
+    def __init__(self, dsn, seed, defer):
+        self.dsn = dsn
+        self.random = random.Random(seed)
+        self.defer = defer
+        self.monitor = Monitor(dsn)
+        self.oracle = Oracle()
+        self.trace = []
+        self.savepoint_counter = 0
+        self.gid_counter = 0
+        self.sessions = [Session(f's{i}', dsn, defer, self.monitor) for i in range(SESSIONS)]
+
+    def record(self, session, what, result):
+        self.trace.append(f'{session.name} {what} -> {result}')
+
+    # The answer of a statement, as both runs must agree on it: the outcome
+    # and attempt of a claim, the stored response of a replay, the state a
+    # lookup sees.  (Timestamps differ between runs; the versions another
+    # transaction holds uncommitted differ in columns a caller cannot use,
+    # so only their outcome and attempt count.)
+    def statement(self, session, what, sql, params=(), effect=None):
+        result = session.run(sql, params)
+        self.record(session, what, result)
+        if result[0] == 'error':
+            if session.in_transaction:
+                session.failed = True
+            return result
+        if effect is not None:
+            effect(result[1])
+        return result
+
+    def change(self, session, key, state):
+        if session.in_transaction:
+            session.changes[key] = state
+        else:
+            self.oracle.commit({key: state})
+
+    # -- the API ----------------------------------------------------------------
+
+    def begin(self, session, key):
+        request = session.requests.get(key)
+        if request is None:
+            request = 'b' if self.random.random() < 0.1 else 'a'
+            if session.in_transaction:
+                session.requests[key] = request
+        lease = self.random.choice([None, LEASE]) if session.in_transaction else LEASE
+
+        def effect(rows):
+            outcome, attempt, status, body, point = rows[0]
+            if outcome == 'claimed':
+                self.oracle.check_claimed(self.sessions, session, key)
+                self.change(session, key, 'held')
+                session.claimed.add(key)
+
+        self.statement(
+            session, f'begin {key} {request} lease={lease}',
+            """SELECT outcome::text, attempt,
+                      CASE WHEN outcome = 'replay' THEN response_status END,
+                      CASE WHEN outcome = 'replay' THEN response_body::text END,
+                      CASE WHEN outcome = 'claimed' THEN recovery_point END
+                 FROM idempotency_begin(%s, %s, request_hash(%s::text), lease => %s::interval)""",
+            (SCOPE, key, request, lease), effect)
+
+    def wait_and_cancel(self, session, key):
+        def effect(rows):
+            if rows[0][0] == 'claimed':
+                self.oracle.check_claimed(self.sessions, session, key)
+                self.change(session, key, 'held')
+                session.claimed.add(key)
+
+        request = session.requests.get(key, 'a')
+        self.statement(
+            session, f'waiting begin {key}',
+            """SELECT outcome::text, attempt FROM idempotency_begin(%s, %s, request_hash(%s::text),
+                      lease => %s::interval, wait => '1 hour')""",
+            (SCOPE, key, request, LEASE), effect)
+
+    def complete(self, session, key):
+        status = self.random.choice([201, 201, 201, 503])
+        self.statement(
+            session, f'complete {key} {status}',
+            'SELECT idempotency_complete(%s, %s, %s, jsonb_build_object(%s, %s))',
+            (SCOPE, key, status, 'order', key),
+            lambda rows: self.change(session, key, 'completed' if rows[0][0] else 'free'))
+
+    def checkpoint(self, session, key):
+        self.statement(
+            session, f'checkpoint {key}',
+            "SELECT idempotency_checkpoint(%s, %s, 'step') > now()", (SCOPE, key),
+            lambda rows: self.change(session, key, 'held'))
+
+    def release(self, session, key):
+        self.statement(session, f'release {key}', 'SELECT idempotency_release(%s, %s)',
+                       (SCOPE, key), lambda rows: self.change(session, key, 'free'))
+
+    def forget(self, session, key):
+        def effect(rows):
+            if rows[0][0]:
+                self.change(session, key, 'absent')
+
+        self.statement(session, f'forget {key}', 'SELECT idempotency_forget(%s, %s)',
+                       (SCOPE, key), effect)
+
+    def lookup(self, session, key):
+        latest = self.random.choice([False, True])
+        self.statement(
+            session, f'lookup {key} latest={latest}',
+            """SELECT status, attempt, committed, response_status
+                 FROM idempotency_lookup(%s, %s, latest => %s)""", (SCOPE, key, latest))
+
+    def listing(self, session):
+        self.statement(session, 'keys',
+                       'SELECT key, status, attempt, committed FROM idempotency_keys(%s)', (SCOPE,))
+
+    def work(self, session):
+        key = self.random.choice(sorted(session.claimed))
+        self.statement(session, f'work {key}', 'INSERT INTO orders (key, by) VALUES (%s, %s)',
+                       (key, session.name))
+
+    # -- transactions -------------------------------------------------------------
+
+    def open(self, session):
+        self.statement(session, 'BEGIN', 'BEGIN')
+        session.in_transaction = True
+
+    def commit(self, session):
+        changes = session.live_changes()
+        result = self.statement(session, 'COMMIT', 'COMMIT')
+        if result[0] == 'ok' and not session.failed:
+            self.oracle.commit(changes)
+        session.reset_transaction()
+
+    def rollback(self, session):
+        self.statement(session, 'ROLLBACK', 'ROLLBACK')
+        session.reset_transaction()
+
+    def savepoint(self, session):
+        self.savepoint_counter += 1
+        name = f'sp{self.savepoint_counter}'
+        if self.statement(session, f'SAVEPOINT {name}', f'SAVEPOINT {name}')[0] == 'ok':
+            session.frames.append((name, dict(session.changes)))
+
+    def rollback_to(self, session):
+        index = self.random.randrange(len(session.frames))
+        name, changes = session.frames[index]
+        result = session.run(f'ROLLBACK TO SAVEPOINT {name}')
+        self.record(session, f'ROLLBACK TO {name}', result)
+        if result[0] == 'ok':
+            del session.frames[index + 1:]
+            session.changes = dict(changes)
+            session.failed = False
+
+    def release_savepoint(self, session):
+        index = self.random.randrange(len(session.frames))
+        name = session.frames[index][0]
+        if self.statement(session, f'RELEASE {name}', f'RELEASE SAVEPOINT {name}')[0] == 'ok':
+            del session.frames[index:]
+
+    def prepare(self, session):
+        self.gid_counter += 1
+        gid = f'g{self.gid_counter}'
+        changes = session.live_changes()
+        result = self.statement(session, f'PREPARE {gid}', f"PREPARE TRANSACTION '{gid}'")
+        if result[0] == 'ok' and not session.failed:
+            self.oracle.prepared[gid] = dict(changes)
+        session.reset_transaction()
+
+    def finish_prepared(self, session):
+        gid = self.random.choice(sorted(self.oracle.prepared))
+        commit = self.random.random() < 0.6
+        verb = 'COMMIT' if commit else 'ROLLBACK'
+        result = self.statement(session, f'{verb} PREPARED {gid}', f"{verb} PREPARED '{gid}'")
+        if result[0] == 'ok':
+            changes = self.oracle.prepared.pop(gid)
+            if commit:
+                self.oracle.commit(changes)
+
+    def terminate(self, session):
+        self.record(session, 'terminated', '')
+        self.monitor.terminate(session.pid)
+        session.conn.close()
+        session.connect()
+
+    # -- the generator ----------------------------------------------------------------
+
+    def step(self):
+        session = self.random.choice(self.sessions)
+        key = self.random.choice(KEYS)
+        roll = self.random.random()
+        if not session.in_transaction:
+            if roll < 0.55:
+                self.open(session)
+            elif roll < 0.65:
+                self.begin(session, key)             # the two-phase pattern's claim
+            elif roll < 0.72:
+                self.random.choice([self.complete, self.checkpoint, self.release,
+                                    self.forget, self.lookup])(session, key)
+            elif roll < 0.80 and self.oracle.prepared:
+                self.finish_prepared(session)
+            elif roll < 0.86:
+                self.wait_and_cancel(session, key)
+            elif roll < 0.88:
+                self.terminate(session)
+            else:
+                self.lookup(session, key)
+            return
+        if session.failed:
+            if session.frames and roll < 0.5:
+                self.rollback_to(session)
+            elif roll < 0.8:
+                self.rollback(session)
+            else:
+                self.begin(session, key)             # refused: the transaction failed
+            return
+        choices = [
+            (0.30, lambda: self.begin(session, key)),
+            (0.10, lambda: self.complete(session, key)),
+            (0.04, lambda: self.checkpoint(session, key)),
+            (0.04, lambda: self.release(session, key)),
+            (0.06, lambda: self.forget(session, key)),
+            (0.06, lambda: self.lookup(session, key)),
+            (0.03, lambda: self.listing(session)),
+            (0.06, lambda: self.work(session) if session.claimed else self.lookup(session, key)),
+            (0.07, lambda: self.savepoint(session)),
+            (0.05, lambda: self.rollback_to(session) if session.frames else self.savepoint(session)),
+            (0.03, lambda: self.release_savepoint(session) if session.frames else self.savepoint(session)),
+            (0.03, lambda: self.wait_and_cancel(session, key)),
+            (0.07, lambda: self.commit(session)),
+            (0.03, lambda: self.rollback(session)),
+            (0.02, lambda: self.prepare(session)),
+            (0.01, lambda: self.terminate(session)),
+        ]
+        for weight, action in choices:
+            if roll < weight:
+                action()
+                return
+            roll -= weight
+        self.commit(session)
+
+    def finish(self):
+        for session in self.sessions:
+            if session.in_transaction:
+                self.commit(session)
+        for gid in sorted(self.oracle.prepared):
+            self.trace.append(f'COMMIT PREPARED {gid} at the end')
+            self.monitor.conn.execute(f"COMMIT PREPARED '{gid}'")
+        self.oracle.prepared.clear()
+        rows = self.monitor.conn.execute(
+            """SELECT scope, key, status, attempt, request, response_status, response_body::text,
+                      recovery_point, lease_expires_at IS NULL
+                 FROM idempotency.keys ORDER BY scope, key""").fetchall()
+        self.trace.append(f'table: {rows}')
+        orders = self.monitor.conn.execute('SELECT key, by FROM orders ORDER BY id').fetchall()
+        self.trace.append(f'orders: {orders}')
+        for session in self.sessions:
+            session.conn.close()
+        self.monitor.conn.close()
+
+    def run(self):
+        for _ in range(OPERATIONS):
+            self.step()
+        self.finish()
+        return self.trace
+
+
+def reset(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for (gid,) in conn.execute('SELECT gid FROM pg_prepared_xacts WHERE database = current_database()').fetchall():
+            conn.execute(f"ROLLBACK PREPARED '{gid}'")
+        conn.execute('TRUNCATE idempotency.keys, orders')
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--dsn', required=True)
+    parser.add_argument('--seconds', type=float, default=None)
+    parser.add_argument('--seeds', type=int, default=None)
+    parser.add_argument('--first-seed', type=int, default=1)
+    args = parser.parse_args()
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        conn.execute('CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, key text NOT NULL, by text NOT NULL)')
+    started = time.monotonic()
+    seed = args.first_seed
+    seeds = operations = 0
+    while True:
+        if args.seeds is not None and seeds >= args.seeds:
+            break
+        if args.seconds is not None and time.monotonic() - started >= args.seconds:
+            break
+        traces = {}
+        for defer in (True, False):
+            reset(args.dsn)
+            run = Run(args.dsn, seed, defer)
+            try:
+                traces[defer] = run.run()
+            except Violation as violation:
+                print('\n'.join(run.trace))
+                print(f'seed {seed}, defer_claims {"on" if defer else "off"}: {violation}')
+                return 1
+        if traces[True] != traces[False]:
+            print(f'seed {seed}: the answers differ with defer_claims on and off')
+            for on, off in zip(traces[True], traces[False]):
+                marker = '   ' if on == off else '!! '
+                print(f'{marker}on:  {on}')
+                if on != off:
+                    print(f'{marker}off: {off}')
+                    break
+            return 1
+        seeds += 1
+        operations += OPERATIONS
+        seed += 1
+    print(f'{seeds} sequences of {OPERATIONS} operations ({operations} in all, each run with '
+          f'defer_claims on and off) over {SESSIONS} sessions and {len(KEYS)} keys: '
+          f'0 differences, 0 violations')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
