@@ -11,7 +11,15 @@ extern "C"
 #include "common/hashfn.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "catalog/pg_language_d.h"
+#include "catalog/pg_proc.h"
+#include "nodes/parsenodes.h"
+#include "nodes/pathnodes.h"
 #include "nodes/primnodes.h"
+#include "optimizer/optimizer.h"
+#include "optimizer/planner.h"
+#include "parser/parsetree.h"
+#include "utils/syscache.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "storage/sinval.h"
@@ -57,6 +65,7 @@ struct Layout
     uint32 colocation; // its co-location group
     Oid collation;     // of the distribution column
     FmgrInfo hash;     // the column type's standard hash function
+    int32 group;       // this node's group: 0 on the coordinator, -1 without Citus
     int shard_count;   // shards, sorted by the start of their range
     Shard *shards;
     Oid catalogs[4]; // the pg_dist_* catalogs read, whose invalidation counts
@@ -167,8 +176,7 @@ static int32 local_group(Oid pg_dist_local_group)
     return group;
 }
 
-static void read_shards(Layout &next, Oid pg_dist_shard, Oid pg_dist_placement,
-                        Oid pg_dist_local_group)
+static void read_shards(Layout &next, Oid pg_dist_shard, Oid pg_dist_placement)
 {
     int capacity = 32;
     next.shards = static_cast<Shard *>(palloc(capacity * sizeof(Shard)));
@@ -190,8 +198,7 @@ static void read_shards(Layout &next, Oid pg_dist_shard, Oid pg_dist_placement,
     qsort(next.shards, next.shard_count, sizeof(Shard), compare_shards);
 
     // This node's placements.
-    scan_catalog(pg_dist_placement, "groupid", F_INT4EQ,
-                 Int32GetDatum(local_group(pg_dist_local_group)),
+    scan_catalog(pg_dist_placement, "groupid", F_INT4EQ, Int32GetDatum(next.group),
                  [&](Relation rel, HeapTuple tuple) {
                      bool isnull;
                      int64 shard = DatumGetInt64(column(rel, tuple, "shardid", &isnull));
@@ -220,12 +227,13 @@ static const Layout &layout_of(Oid keys)
         Layout next = {};
         next.keys = keys;
         next.generation = generation;
+        next.group = -1;
         Oid partition = catalog("pg_dist_partition"), shard = catalog("pg_dist_shard"),
-            placement = catalog("pg_dist_placement"), local_group = catalog("pg_dist_local_group");
+            placement = catalog("pg_dist_placement"), local_groups = catalog("pg_dist_local_group");
         next.catalogs[0] = partition;
         next.catalogs[1] = shard;
         next.catalogs[2] = placement;
-        next.catalogs[3] = local_group;
+        next.catalogs[3] = local_groups;
         // Watch the catalogs from now on, so that a change during the reads
         // makes this loop read again.
         layout = next;
@@ -234,11 +242,12 @@ static const Layout &layout_of(Oid keys)
         PG_TRY();
         {
             if (OidIsValid(partition) && OidIsValid(shard) && OidIsValid(placement) &&
-                OidIsValid(local_group))
+                OidIsValid(local_groups))
             {
+                next.group = local_group(local_groups);
                 read_partition(next, partition);
                 if (next.distributed)
-                    read_shards(next, shard, placement, local_group);
+                    read_shards(next, shard, placement);
             }
         }
         PG_CATCH();
@@ -269,7 +278,7 @@ struct Placement
     int64 shard;
     int index; // in the shard list sorted by range: the metadata lock's tag
     uint32 colocation;
-    bool local;
+    bool local; // the shard is placed here; not distributed: this node may keep the keys
 
     bool same_shard(const Placement &other) const
     {
@@ -288,7 +297,7 @@ static Placement place(Oid keys, Datum scope)
 {
     const Layout &current = layout_of(keys);
     if (!current.distributed)
-        return Placement{false, 0, -1, 0, false};
+        return Placement{false, 0, -1, 0, current.group <= 0};
     int32 hash = DatumGetInt32(
         FunctionCall1Coll(const_cast<FmgrInfo *>(&current.hash), current.collation, scope));
     int low = 0, high = current.shard_count - 1;
@@ -431,11 +440,33 @@ static void force_two_phase()
              errhidestmt(true)));
 }
 
+// A Citus worker whose idempotency.keys is a plain table: a call here was
+// delegated (the API, or a handler distributed by the tenant column) while
+// the keys were never distributed, or while this node does not know they
+// are.  Reading or writing this node's own table would keep a second,
+// separate copy of the keys: a key completed elsewhere would be claimed
+// again here.
+[[noreturn]] static void refuse_local_keys_on_worker()
+{
+    ereport(ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("idempotency.keys is not distributed, and this node is a Citus worker"),
+             errdetail("The keys are kept on the coordinator or in the shards of a distributed "
+                       "table; this worker's own idempotency.keys would hold a second copy of "
+                       "them."),
+             errhint("Call the functions on the coordinator, or distribute the keys with "
+                     "SELECT idempotency_distribute(...) on the coordinator."),
+             errhidestmt(true)));
+}
+
 Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode)
 {
     Placement placement = lock_placement(keys, scope);
     if (!placement.distributed)
     {
+        // (local: this node may keep the keys, the coordinator or no Citus)
+        if (!placement.local)
+            refuse_local_keys_on_worker();
         if (lockmode != AccessShareLock)
             force_two_phase();
         return keys;
@@ -484,6 +515,102 @@ List *local_shards(Oid keys, LOCKMODE lockmode, bool skip_if_busy)
     }
     pfree(candidates);
     return relations;
+}
+
+// ---------------------------------------------------------------------------
+// NULL scopes never reach Citus's function-call delegation
+// ---------------------------------------------------------------------------
+
+static planner_hook_type previous_planner = nullptr;
+
+// The function call Citus would delegate, if the query is one: SELECT f(...)
+// or SELECT ... FROM f(...), and nothing else.
+static FuncExpr *single_call(const Query *query)
+{
+    if (query->commandType != CMD_SELECT || query->jointree == nullptr)
+        return nullptr;
+    const List *from = query->jointree->fromlist;
+    if (list_length(from) == 1 && IsA(linitial(from), RangeTblRef))
+    {
+        const RangeTblEntry *rte =
+            rt_fetch(castNode(RangeTblRef, linitial(from))->rtindex, query->rtable);
+        if (rte->rtekind == RTE_FUNCTION && list_length(rte->functions) == 1)
+        {
+            Node *call = castNode(RangeTblFunction, linitial(rte->functions))->funcexpr;
+            return IsA(call, FuncExpr) ? castNode(FuncExpr, call) : nullptr;
+        }
+    }
+    if (from == NIL && list_length(query->targetList) == 1)
+    {
+        Node *expr = reinterpret_cast<Node *>(castNode(TargetEntry, linitial(query->targetList))->expr);
+        return IsA(expr, FuncExpr) ? castNode(FuncExpr, expr) : nullptr;
+    }
+    return nullptr;
+}
+
+// Whether `function` is one that idempotency_distribute() delegates by its
+// first argument, the scope: a C function of this library taking a scope.
+static bool delegated_by_scope(Oid function)
+{
+    static const char *const names[] = {
+        "idempotency_begin",  "idempotency_complete", "idempotency_checkpoint",
+        "idempotency_release", "idempotency_forget",  "idempotency_lookup",
+        "idempotency_keys"};
+    HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
+    if (!HeapTupleIsValid(tuple))
+        return false;
+    bool ours = false;
+    if (reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple))->prolang == ClanguageId)
+    {
+        bool isnull;
+        Datum prosrc = SysCacheGetAttr(PROCOID, tuple, Anum_pg_proc_prosrc, &isnull);
+        Datum probin = SysCacheGetAttr(PROCOID, tuple, Anum_pg_proc_probin, &isnull);
+        if (!isnull && strcmp(TextDatumGetCString(probin), "$libdir/idempotency") == 0)
+        {
+            char *source = TextDatumGetCString(prosrc);
+            for (const char *name : names)
+                ours = ours || strcmp(source, name) == 0;
+        }
+    }
+    ReleaseSysCache(tuple);
+    return ours;
+}
+
+// Citus delegates a distributed function's call to the node of its
+// distribution argument after the planner has folded the arguments, and
+// hashes that value without a NULL check: a NULL scope would crash the
+// backend.  This hook runs before Citus's planner (the library is loaded
+// after Citus) and refuses such a call with the error the function itself
+// gives, folding the scope argument the way the planner will (bound
+// parameters included).
+static PlannedStmt *refuse_null_scope(Query *query, const char *text, int options,
+                                      ParamListInfo params)
+{
+    FuncExpr *call = single_call(query);
+    if (call != nullptr && call->args != NIL && delegated_by_scope(call->funcid))
+    {
+        PlannerGlobal glob = {};
+        glob.type = T_PlannerGlobal;
+        glob.boundParams = params;
+        PlannerInfo root = {};
+        root.type = T_PlannerInfo;
+        root.glob = &glob;
+        root.parse = query;
+        Node *scope = eval_const_expressions(&root, static_cast<Node *>(linitial(call->args)));
+        if (IsA(scope, Const) && castNode(Const, scope)->constisnull)
+            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                            errmsg("scope must not be null"), errhidestmt(true)));
+    }
+    return previous_planner != nullptr ? previous_planner(query, text, options, params)
+                                       : standard_planner(query, text, options, params);
+}
+
+void guard_delegation()
+{
+    if (GetConfigOption("citus.version", true, false) == nullptr)
+        return; // Citus is not loaded before us: nothing delegates our calls
+    previous_planner = planner_hook;
+    planner_hook = refuse_null_scope;
 }
 
 bool worker_node()

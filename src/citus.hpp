@@ -65,4 +65,9 @@ List *local_shards(Oid keys, LOCKMODE lockmode, bool skip_if_busy);
 // Whether this node is a Citus worker (a node other than the coordinator).
 bool worker_node();
 
+// While the library is preloaded after Citus (_PG_init): refuses, with
+// 22004, a call of a function that idempotency_distribute() delegates whose
+// scope is NULL, before Citus's planner sees it (Citus would crash on it).
+void guard_delegation();
+
 } // namespace idempotency::citus

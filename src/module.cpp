@@ -1,5 +1,6 @@
 // Module magic, _PG_init and the settings.
 #include "boundary.hpp"
+#include "citus.hpp"
 #include "claims.hpp"
 #include "module.hpp"
 #include "stats.hpp"
@@ -172,5 +173,6 @@ void _PG_init(void)
         shmem_startup_hook = attach_shared_memory;
         if (!IsBinaryUpgrade)
             idempotency::worker::register_launcher();
+        idempotency::citus::guard_delegation();
     });
 }

@@ -4,7 +4,9 @@
 # distributed with idempotency_distribute() live in the shard of their scope,
 # next to the tenant's rows, with concurrent same-key requests, coordinator
 # crashes, a shard move under load, expiry on the shards and a non-superuser
-# caller.  Skipped, visibly, when the citus library is not installed.
+# caller.  A worker never uses keys of its own, and a NULL scope never reaches
+# Citus's delegation.  Skipped, visibly, when the citus library is not
+# installed.
 use strict;
 use warnings;
 use FindBin;
@@ -76,8 +78,9 @@ query(
 	                       PRIMARY KEY (tenant, id));
 	  SELECT create_distributed_table('orders', 'tenant', shard_count => 4);
 	  CREATE TABLE hold (x int)});
+my ($version) = slurp_file('idempotency.control') =~ /^default_version\s*=\s*'([^']+)'/m;
 is($workers[0]->safe_psql($db, q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
-	'0.2.0', 'the extension is on the workers');
+	$version, 'the extension is on the workers');
 
 sub order_count
 {
@@ -203,6 +206,43 @@ sub retry_once
 	retry_once('post_commit', 'ten1', 'local-post', 'replay');
 }
 
+# The one-round-trip handler: one delegated call runs the whole request on
+# the node of the tenant's shard.  Distributed before the keys are: a call
+# then runs on a worker, whose own idempotency.keys must not be used -- a key
+# completed through the coordinator would be claimed again there.
+query(
+	q{CREATE FUNCTION place_order(p_tenant text, p_key text, p_item text)
+	      RETURNS idempotency_begin_result LANGUAGE plpgsql AS $$
+	  DECLARE
+	      answer idempotency_begin_result;
+	  BEGIN
+	      answer := idempotency_begin(p_tenant, p_key, request_hash(p_item));
+	      IF answer.outcome <> 'claimed' THEN
+	          RETURN answer;
+	      END IF;
+	      INSERT INTO orders (tenant, idem_key, item) VALUES (p_tenant, p_key, p_item);
+	      PERFORM idempotency_complete(p_tenant, p_key, 201,
+	                                   jsonb_build_object('item', p_item));
+	      RETURN answer;
+	  END
+	  $$;
+	  SELECT create_distributed_function('place_order(text, text, text)', 'p_tenant',
+	                                     colocate_with => 'orders')});
+
+{
+	my ($sqlstate, $stderr) = sql_error($coordinator, $db,
+		q{SELECT outcome FROM place_order('ten1', 'local-post', 'book')});
+	is($sqlstate, '55000', 'keys not distributed: a call delegated to a worker is refused');
+	like($stderr, qr/idempotency.keys is not distributed, and this node is a Citus worker/,
+		'... saying why');
+	is(order_count('ten1', 'local-post'), '1', '... and the completed request is not run again');
+	($sqlstate) = sql_error($workers[0], $db,
+		q{SELECT outcome FROM idempotency_begin('ten1', 'on-worker', request_hash('x'::text))});
+	is($sqlstate, '55000', '... nor is a call made on a worker directly');
+	is(join(',', map { $_->safe_psql($db, 'SELECT count(*) FROM ONLY idempotency.keys') } @workers),
+		'0,0', 'no worker wrote a key of its own');
+}
+
 # ---------------------------------------------------------------------------
 # idempotency_distribute: refusals, then the keys co-located with orders
 # ---------------------------------------------------------------------------
@@ -241,28 +281,24 @@ sub retry_once
 		q{SELECT (idempotency_begin('ten1', 'field', request_hash('x'::text))).outcome});
 	is($sqlstate, 'IK005', 'a call shape Citus does not delegate is refused with IK005');
 	like($stderr, qr/not routed/, '... saying the call was not routed');
-}
 
-# The one-round-trip handler: one delegated call runs the whole request on
-# the node of the tenant's shard.
-query(
-	q{CREATE FUNCTION place_order(p_tenant text, p_key text, p_item text)
-	      RETURNS idempotency_begin_result LANGUAGE plpgsql AS $$
-	  DECLARE
-	      answer idempotency_begin_result;
-	  BEGIN
-	      answer := idempotency_begin(p_tenant, p_key, request_hash(p_item));
-	      IF answer.outcome <> 'claimed' THEN
-	          RETURN answer;
-	      END IF;
-	      INSERT INTO orders (tenant, idem_key, item) VALUES (p_tenant, p_key, p_item);
-	      PERFORM idempotency_complete(p_tenant, p_key, 201,
-	                                   jsonb_build_object('item', p_item));
-	      RETURN answer;
-	  END
-	  $$;
-	  SELECT create_distributed_function('place_order(text, text, text)', 'p_tenant',
-	                                     colocate_with => 'orders')});
+	# A NULL scope, which Citus's delegation would hash without a NULL check:
+	# 22004 from the extension before Citus plans the call, whatever shape
+	# the NULL comes in.
+	my $pid = query('SELECT pg_postmaster_start_time()');
+	for my $call (
+		q{SELECT * FROM idempotency_begin(NULL, 'k', request_hash('x'::text))},
+		q{SELECT idempotency_begin(NULL::text, 'k', request_hash('x'::text))},
+		q{SELECT * FROM idempotency_lookup(nullif('a', 'a'), 'k')},
+		q{PREPARE null_scope(text) AS SELECT * FROM idempotency_complete($1, 'k', 200);
+		  EXECUTE null_scope(NULL)},
+		q{BEGIN; SELECT * FROM idempotency_begin(NULL, 'k', request_hash('x'::text))})
+	{
+		my ($null_state) = sql_error($coordinator, $db, $call);
+		is($null_state, '22004', "a NULL scope is refused: $call");
+	}
+	is(query('SELECT pg_postmaster_start_time()'), $pid, 'the coordinator never restarted');
+}
 
 # ---------------------------------------------------------------------------
 # Concurrent same-key requests
