@@ -12,7 +12,7 @@ SELECT p.oid::regprocedure AS function, p.provolatile AS volatility, p.proparall
   JOIN pg_depend AS d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
  WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idempotency')
    AND p.proname LIKE 'idempotency%'
- ORDER BY 1::text;
+ ORDER BY p.oid::regprocedure::text;
 
 -- Parallel plans, cheap enough to be chosen for a small table, and forced
 -- where the planner would not choose one.
