@@ -37,7 +37,8 @@ void report_exception(const CaughtException &caught)
     pg_unreachable();
 }
 
-void rethrow_without_request_data(MemoryContext context)
+// Rethrows the error being handled, hidden from the log's statement.
+[[noreturn]] static void rethrow_without_request_data(MemoryContext context)
 {
     MemoryContextSwitchTo(context);
     ErrorData *error = CopyErrorData();
@@ -52,6 +53,22 @@ void rethrow_without_request_data(MemoryContext context)
                               "request data.");
     }
     ReThrowError(error);
+}
+
+Datum errors_without_request_data(PGFunction body, FunctionCallInfo fcinfo)
+{
+    MemoryContext context = CurrentMemoryContext;
+    volatile Datum result = (Datum)0;
+    PG_TRY();
+    {
+        result = body(fcinfo);
+    }
+    PG_CATCH();
+    {
+        rethrow_without_request_data(context);
+    }
+    PG_END_TRY();
+    return result;
 }
 
 char *key_for_message(Datum key)

@@ -35,14 +35,16 @@ struct CaughtException
 };
 
 // idempotency.inject_fault (module.cpp), for tests: the first two make every
-// entry point throw, to prove the boundary; the last pauses a subtransaction's
-// rollback where a reader must still see the claims it leaves (claims.cpp).
+// entry point throw, to prove the boundary; the pauses hold the claim protocol
+// at the moments where another session must be kept out (claims.cpp).
 enum InjectedFault
 {
     fault_none,
     fault_exception,
     fault_out_of_memory,
-    fault_pause_at_subtransaction_abort
+    fault_pause_at_subtransaction_abort,
+    fault_pause_before_publish,
+    fault_pause_in_fallback
 };
 extern int injected_fault;
 [[noreturn]] void throw_injected_fault();
@@ -89,24 +91,10 @@ template <typename Body> inline auto guarded(Body &&body) -> decltype(body())
 // such as a cancel, a lock timeout or a missing table -- is therefore logged
 // without its statement, and a deadlock without the other sessions'
 // statements, which its log detail would quote.  `body` must not throw: it
-// is guarded() itself, or code that calls no C++ that throws.
-[[noreturn]] void rethrow_without_request_data(MemoryContext context);
-
-template <typename Body> inline Datum errors_without_request_data(Body &&body)
-{
-    MemoryContext context = CurrentMemoryContext;
-    volatile Datum result = (Datum)0;
-    PG_TRY();
-    {
-        result = body();
-    }
-    PG_CATCH();
-    {
-        rethrow_without_request_data(context);
-    }
-    PG_END_TRY();
-    return result;
-}
+// is guarded() itself, or code that calls no C++ that throws.  The call goes through a function pointer into another translation unit so
+// that none of body's locals share a frame with the setjmp: an inlined body
+// would leave them liable to clobbering by the longjmp.
+Datum errors_without_request_data(PGFunction body, FunctionCallInfo fcinfo);
 
 } // namespace idempotency
 
@@ -116,14 +104,16 @@ template <typename Body> inline Datum errors_without_request_data(Body &&body)
 // it raises logs request data.
 #define IDEMPOTENCY_FUNCTION(name)                                                                 \
     static Datum name##_body(FunctionCallInfo fcinfo);                                             \
+    static Datum name##_guarded(FunctionCallInfo fcinfo)                                           \
+    {                                                                                              \
+        return idempotency::guarded([fcinfo] { return name##_body(fcinfo); });                     \
+    }                                                                                              \
     extern "C"                                                                                     \
     {                                                                                              \
     PG_FUNCTION_INFO_V1(name);                                                                     \
     }                                                                                              \
     extern "C" Datum name(PG_FUNCTION_ARGS)                                                        \
     {                                                                                              \
-        return idempotency::errors_without_request_data([fcinfo] {                                 \
-            return idempotency::guarded([fcinfo] { return name##_body(fcinfo); });                 \
-        });                                                                                        \
+        return idempotency::errors_without_request_data(name##_guarded, fcinfo);                   \
     }                                                                                              \
     static Datum name##_body(FunctionCallInfo fcinfo)

@@ -389,10 +389,12 @@ static void on_transaction_event(XactEvent event, void *)
             // A claim that must not commit unsettled fails the commit
             // before anything is written for it.  In autocommit, the
             // statement being committed is the caller's, with its data.
-            (void)errors_without_request_data([] {
-                unsettled::refuse();
-                return BoolGetDatum(write_unwritten(true)); // rule C
-            });
+            (void)errors_without_request_data(
+                [](FunctionCallInfo) {
+                    unsettled::refuse();
+                    return BoolGetDatum(write_unwritten(true)); // rule C
+                },
+                nullptr);
             break;
         case XACT_EVENT_COMMIT:
         case XACT_EVENT_ABORT:
