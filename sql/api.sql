@@ -189,7 +189,7 @@ SELECT idempotency_checkpoint('pay', 'long', 'step 1') BETWEEN now() + '119 minu
        AS renewed_by_own_lease;
 
 -- A claim completed in its own transaction is written once, completed: its
--- claim waits in shared memory until then (deferred.hpp), so begin and
+-- claim waits in shared memory until then (claims.hpp), so begin and
 -- complete make one INSERT and no UPDATE -- when the library is preloaded;
 -- without the shared table, the claim's row comes first.
 BEGIN;
@@ -204,9 +204,9 @@ SELECT n_tup_ins - :inserts_before = 1
  WHERE relid = 'idempotency.keys'::regclass;
 COMMIT;
 
--- A transaction defers at most 64 claims: the 65th and 66th are written at
--- begin (when preloaded; without preloading all 66 are), and all 66 are
--- stored at commit.
+-- A transaction holds at most 64 slots of the claims table: the 65th and
+-- 66th claims are written at begin (when preloaded; without preloading all
+-- 66 are), and all 66 are stored at commit.
 BEGIN;
 SELECT n_tup_ins AS inserts_before
   FROM pg_stat_xact_user_tables WHERE relid = 'idempotency.keys'::regclass \gset

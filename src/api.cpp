@@ -213,56 +213,84 @@ bool deferrable(const BeginArgs &args)
 }
 
 // What the key holds now, and what that means for this caller.
-KeyState observe(Storage &storage, const BeginArgs &args, Record &record, TimestampTz &now)
+KeyState observe(Storage &storage, const BeginArgs &args, Record &record, TimestampTz &now,
+                 idempotency::claims::Ticket *ticket)
 {
     now = GetCurrentTimestamp();
-    record = idempotency::claims::read_latest(storage, args.key);
+    record = idempotency::claims::read_latest(storage, args.key, ticket);
     return classify(record, args, now);
 }
 
-// One attempt, without waiting for a holder.
+// One attempt, without waiting for a holder.  A fresh claim of an absent key
+// is arbitrated by the shared claims table (claims.hpp, rule A): one read of
+// the key, no key lock.  A takeover of an existing record, a fresh claim
+// when the table has no free slot, and every claim without the table, read
+// the key again under the key lock and decide on that (rule K).  Replays
+// and other answers take no lock and write nothing.
 BeginAnswer begin_once(Storage &storage, const BeginArgs &args)
 {
-    TimestampTz now;
-    Record record;
-    KeyState state = observe(storage, args, record, now);
-    if (!needs_claim(state))
-        return answer_without_claim(state, record, now); // replays take no lock and write nothing
-
-    for (int reread = 0; !store::lock_key(args.key, false); reread++)
-    {
-        if (reread == busy_rereads)
-            return held_by_transaction(record);
-        pg_usleep(busy_reread_pause_us);
-        CHECK_FOR_INTERRUPTS();
-        state = observe(storage, args, record, now);
-        if (!needs_claim(state))
-            return answer_without_claim(state, record, now);
-    }
-
-    // Under the key lock nobody else writes this key: decide on what is there,
-    // write, and let go -- the uncommitted row then speaks for the claim.
+    namespace claims = idempotency::claims;
+    bool key_locked = false;
     BeginAnswer result;
-    state = observe(storage, args, record, now);
-    if (!needs_claim(state))
-        result = answer_without_claim(state, record, now);
-    else
+    for (int reread = 0;;)
     {
-        if (state == KeyState::absent)
+        TimestampTz now;
+        Record record;
+        claims::Ticket ticket;
+        KeyState state = observe(storage, args, record, now, &ticket);
+        if (!needs_claim(state))
+        {
+            result = answer_without_claim(state, record, now);
+            break;
+        }
+        if (state == KeyState::absent && (ticket.valid || key_locked))
+        {
             for (int column = 0; column < store::column_count; column++)
                 record.set_null(store::Column(column));
-        fill_claim(storage, record, args, state, now);
-        if (state != KeyState::absent)
-        {
-            idempotency::claims::write(storage, record);
-            result = answer(Outcome::claimed, record);
+            fill_claim(storage, record, args, state, now);
+            claims::Claim claim =
+                claims::claim_absent(storage, args.key, record, deferrable(args), ticket, key_locked);
+            if (claim == claims::Claim::claimed)
+            {
+                result = answer(Outcome::claimed, record);
+                break;
+            }
+            if (claim == claims::Claim::held)
+            {
+                result = held_by_transaction(record);
+                break;
+            }
+            if (claim == claims::Claim::read_again)
+            {
+                CHECK_FOR_INTERRUPTS();
+                continue;
+            }
         }
-        else if (idempotency::claims::claim_absent(storage, args.key, record, deferrable(args)))
+        else if (key_locked)
+        {
+            fill_claim(storage, record, args, state, now);
+            claims::write(storage, record);
             result = answer(Outcome::claimed, record);
-        else
-            result = held_by_transaction(record);
+            break;
+        }
+        if (!key_locked)
+        {
+            if (!store::lock_key(args.key, false))
+            {
+                if (reread++ == busy_rereads)
+                {
+                    result = held_by_transaction(record);
+                    break;
+                }
+                pg_usleep(busy_reread_pause_us);
+                CHECK_FOR_INTERRUPTS();
+                continue;
+            }
+            key_locked = true;
+        }
     }
-    store::unlock_key(args.key);
+    if (key_locked)
+        store::unlock_key(args.key);
     return result;
 }
 
@@ -436,7 +464,7 @@ HeldClaim current_record(Storage &storage, const store::Key &key)
     while (claim.locked)
     {
         store::lock_key(key, true);
-        claim.record = idempotency::claims::read_latest(storage, key);
+        claim.record = idempotency::claims::read_latest(storage, key, nullptr);
         if (!claim.record.held_by_other())
             break;
         store::unlock_key(key);

@@ -19,6 +19,7 @@ extern "C"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
+#include "utils/memutils.h"
 #include "utils/snapmgr.h"
 }
 
@@ -26,18 +27,16 @@ namespace idempotency::claims
 {
 
 // A key's identity in the shared table, which every database shares: the
-// database, the tenant, then the scope's and the key's bytes, zero-padded so
-// that whole tags compare with memcmp.
+// database, the tenant and a 128-bit hash of scope and key (see "Entries
+// are found by a 128-bit hash" in claims.hpp).
 struct Tag
 {
     Oid database;
     Oid tenant;
-    uint16 scope_bytes;
-    uint16 key_bytes;
-    char bytes[key_bytes_max];
+    uint64 hash[2];
 };
 
-// Who holds a deferred claim (rule O).
+// Who holds a claim (rule O).
 struct Owner
 {
     TransactionId xid; // the (sub)transaction that made the claim
@@ -51,19 +50,24 @@ struct Entry
 {
     Tag tag; // the hash key: first
     Owner owner;
+    // The claim's row was written by the claiming subtransaction right after
+    // the entry: the row says all the entry says and more (claim data), and
+    // lives exactly as long (rule O), so readers read it instead.
+    bool row_written;
     RequestHash request;
     TimestampTz created_at;
     TimestampTz expires_at;
     TimestampTz lease_expires_at;
 };
 
-// This transaction's record of its deferred claim of a key (rule 1), with
-// all the claim's row needs.
+// This transaction's record of its fresh claim of a key (rule 1), with all
+// a deferred claim's row needs.
 struct OwnClaim
 {
     Tag tag;
-    uint32 hash;
     Owner owner;
+    Datum scope; // text, in TopTransactionContext
+    Datum key;
     SubTransactionId made_in;
     SubTransactionId written_in; // InvalidSubTransactionId while not written
     RequestHash request;
@@ -77,19 +81,32 @@ struct OwnClaim
     bool written() const { return written_in != InvalidSubTransactionId; }
 };
 
-// Lock partitions of the shared table (a power of two, as dynahash wants).
+// Lock partitions of the shared table (a power of two, as dynahash wants),
+// and the buckets of rule A: each bucket belongs to the partition whose lock
+// also covers its entries (bucket % partitions == partition).
 constexpr int partitions = 16;
-constexpr const char *table_name = "idempotency deferred claims";
-constexpr const char *count_name = "idempotency deferred claims in use";
+constexpr int buckets = 1024;
+static_assert(buckets % partitions == 0, "a bucket lies in one partition");
+// Slots one transaction may hold; its later fresh claims take the key lock.
+constexpr int own_claims_max = 64;
+constexpr const char *table_name = "idempotency claims";
+constexpr const char *state_name = "idempotency claims state";
 // A partitioned dynahash gives each of its 32 free lists at least one entry,
 // so a smaller table holds 32 entries: the limit is kept by `in_use`.
 constexpr long dynahash_free_lists = 32;
 
-static HTAB *table = nullptr;              // null unless preloaded with slots
-static LWLockPadded *locks = nullptr;      // one per partition
-static pg_atomic_uint32 *in_use = nullptr; // entries in `table`, at most max_deferred_claims
-static OwnClaim own[own_claims_max];       // this transaction's
+struct SharedState
+{
+    pg_atomic_uint32 in_use; // entries in `table`, at most max_deferred_claims
+    pg_atomic_uint64 generations[buckets];
+};
+
+static HTAB *table = nullptr;          // null unless preloaded with slots
+static LWLockPadded *locks = nullptr;  // one per partition
+static SharedState *shared = nullptr;
+static OwnClaim *own = nullptr;        // this transaction's, in TopMemoryContext
 static int own_count = 0;
+static int own_capacity = 0;
 
 // ---------------------------------------------------------------------------
 // Tags and the shared table
@@ -97,33 +114,46 @@ static int own_count = 0;
 
 static uint32 tag_hash(const void *key, Size)
 {
-    const Tag *tag = static_cast<const Tag *>(key);
-    return hash_bytes(static_cast<const unsigned char *>(key),
-                      int(offsetof(Tag, bytes) + tag->scope_bytes + tag->key_bytes));
+    return uint32(static_cast<const Tag *>(key)->hash[0]);
 }
 
-// False when scope and key are too long to be deferred.
-static bool make_tag(const store::Key &key, Tag *tag)
+static Tag make_tag(const store::Key &key)
 {
     const text *scope = DatumGetTextPP(key.scope);
     const text *name = DatumGetTextPP(key.key);
-    size_t scope_bytes = VARSIZE_ANY_EXHDR(scope);
-    size_t key_bytes = VARSIZE_ANY_EXHDR(name);
-    if (scope_bytes + key_bytes > size_t(key_bytes_max))
-        return false;
-    memset(tag, 0, sizeof(Tag));
-    tag->database = MyDatabaseId;
-    tag->tenant = key.tenant;
-    tag->scope_bytes = uint16(scope_bytes);
-    tag->key_bytes = uint16(key_bytes);
-    memcpy(tag->bytes, VARDATA_ANY(scope), scope_bytes);
-    memcpy(tag->bytes + scope_bytes, VARDATA_ANY(name), key_bytes);
-    return true;
+    int scope_bytes = VARSIZE_ANY_EXHDR(scope);
+    int key_bytes = VARSIZE_ANY_EXHDR(name);
+    Tag tag;
+    tag.database = MyDatabaseId;
+    tag.tenant = key.tenant;
+    // Two hashes with different seeds; the scope's length seeds the key's
+    // part, so that ("ab", "c") and ("a", "bc") differ.
+    for (int i = 0; i < 2; i++)
+    {
+        uint64 seed = (uint64(tag.database) << 32 | tag.tenant) + uint64(i) * 0x9e3779b97f4a7c15;
+        uint64 part = hash_bytes_extended(
+            reinterpret_cast<const unsigned char *>(VARDATA_ANY(scope)), scope_bytes, seed);
+        tag.hash[i] = hash_bytes_extended(
+            reinterpret_cast<const unsigned char *>(VARDATA_ANY(name)), key_bytes,
+            part + uint64(scope_bytes));
+    }
+    return tag;
 }
 
-static LWLock *partition_lock(uint32 hash)
+static bool same_tag(const Tag &a, const Tag &b)
 {
-    return &locks[hash % partitions].lock;
+    return a.database == b.database && a.tenant == b.tenant && a.hash[0] == b.hash[0] &&
+           a.hash[1] == b.hash[1];
+}
+
+static LWLock *partition_lock(const Tag &tag)
+{
+    return &locks[tag_hash(&tag, sizeof(Tag)) % partitions].lock;
+}
+
+static pg_atomic_uint64 *generation_of(const Tag &tag)
+{
+    return &shared->generations[tag_hash(&tag, sizeof(Tag)) % buckets];
 }
 
 static long table_entries()
@@ -133,7 +163,7 @@ static long table_entries()
 
 static Size table_size()
 {
-    return add_size(hash_estimate_size(table_entries(), sizeof(Entry)), sizeof(pg_atomic_uint32));
+    return add_size(hash_estimate_size(table_entries(), sizeof(Entry)), sizeof(SharedState));
 }
 
 void reserve_shared_memory()
@@ -159,26 +189,21 @@ void attach_shared_memory()
     table = ShmemInitHash(table_name, table_entries(), table_entries(), &info,
                           HASH_ELEM | HASH_FUNCTION | HASH_PARTITION | HASH_FIXED_SIZE);
     bool found;
-    in_use = static_cast<pg_atomic_uint32 *>(
-        ShmemInitStruct(count_name, sizeof(pg_atomic_uint32), &found));
+    shared = static_cast<SharedState *>(ShmemInitStruct(state_name, sizeof(SharedState), &found));
     if (!found)
-        pg_atomic_init_u32(in_use, 0);
+    {
+        pg_atomic_init_u32(&shared->in_use, 0);
+        for (pg_atomic_uint64 &generation : shared->generations)
+            pg_atomic_init_u64(&generation, 0);
+    }
     locks = GetNamedLWLockTranche(table_name);
     LWLockRelease(AddinShmemInitLock);
 }
 
-// A copy of the entry of `tag`, if there is one; taken under the partition
-// lock, judged (rule O) after it is let go.
-static bool copy_entry(const Tag &tag, uint32 hash, Entry *copy)
+static Entry *find_entry(const Tag &tag)
 {
-    LWLock *lock = partition_lock(hash);
-    LWLockAcquire(lock, LW_SHARED);
-    auto *entry =
-        static_cast<Entry *>(hash_search_with_hash_value(table, &tag, hash, HASH_FIND, nullptr));
-    if (entry != nullptr)
-        *copy = *entry;
-    LWLockRelease(lock);
-    return entry != nullptr;
+    return static_cast<Entry *>(
+        hash_search_with_hash_value(table, &tag, tag_hash(&tag, sizeof(Tag)), HASH_FIND, nullptr));
 }
 
 // Rule O: live while its owner is in progress, as the procarray says now.
@@ -187,72 +212,106 @@ static bool live(const Entry &entry)
     return TransactionIdIsInProgress(entry.owner.xid);
 }
 
+// A live entry of `tag` that belongs to another transaction, copied: the
+// caller holds the partition lock.  (The procarray's locks nest inside it;
+// nothing takes them the other way round.)
+static bool live_other_entry(const Tag &tag, Entry *copy)
+{
+    Entry *entry = find_entry(tag);
+    if (entry == nullptr || !live(*entry) || TransactionIdIsCurrentTransactionId(entry->owner.xid))
+        return false;
+    *copy = *entry;
+    return true;
+}
+
 enum class Published
 {
     yes,
-    no_room, // no free slot: write the claim instead
-    held     // a live entry is there (rule P): not overwritten
+    changed, // the bucket's generation moved since the ticket (rule A)
+    held,    // a live entry of another transaction is there
+    no_room  // no free slot
 };
 
-// Rule P: puts `claim`'s entry in the table, over no entry or a dead one.
-// The caller holds the key lock, so nobody else publishes this key
-// meanwhile: an entry found can only go away (its owner removing it), never
-// change hands.  Whether it is dead is judged without the partition lock
-// (the procarray has locks of its own); under the lock, the entry is taken
-// only if it is still the one judged, else answered as a holder.
-static Published publish_entry(const OwnClaim &claim, Entry *holder)
+// Rule A: puts `claim`'s entry in the table if nothing was published in the
+// key's bucket since `ticket`, over no entry or a dead one, and bumps the
+// bucket's generation.
+static Published publish_entry(const OwnClaim &claim, const Ticket &ticket, Entry *holder)
 {
-    Entry judged;
-    bool was_there = copy_entry(claim.tag, claim.hash, &judged);
-    if (was_there && live(judged))
-    {
-        *holder = judged;
-        return Published::held;
-    }
-    LWLock *lock = partition_lock(claim.hash);
+    LWLock *lock = partition_lock(claim.tag);
     LWLockAcquire(lock, LW_EXCLUSIVE);
-    auto *entry = static_cast<Entry *>(
-        hash_search_with_hash_value(table, &claim.tag, claim.hash, HASH_FIND, nullptr));
-    if (entry != nullptr && !(was_there && entry->owner == judged.owner))
+    Published result = Published::yes;
+    pg_atomic_uint64 *generation = generation_of(claim.tag);
+    if (pg_atomic_read_u64(generation) != ticket.generation)
+        result = Published::changed;
+    else if (live_other_entry(claim.tag, holder))
+        result = Published::held;
+    else
     {
-        *holder = *entry;
-        LWLockRelease(lock);
-        return Published::held;
-    }
-    if (entry == nullptr)
-    {
-        // A new entry takes a slot: at most max_deferred_claims are in use.
-        bool found;
-        if (pg_atomic_fetch_add_u32(in_use, 1) < uint32(settings::max_deferred_claims))
-            entry = static_cast<Entry *>(hash_search_with_hash_value(
-                table, &claim.tag, claim.hash, HASH_ENTER_NULL, &found));
+        Entry *entry = find_entry(claim.tag);
         if (entry == nullptr)
         {
-            pg_atomic_fetch_sub_u32(in_use, 1);
-            LWLockRelease(lock);
-            return Published::no_room;
+            // A new entry takes a slot: at most max_deferred_claims are in use.
+            bool found;
+            if (pg_atomic_fetch_add_u32(&shared->in_use, 1) <
+                uint32(settings::max_deferred_claims))
+                entry = static_cast<Entry *>(
+                    hash_search_with_hash_value(table, &claim.tag, tag_hash(&claim.tag, 0),
+                                                HASH_ENTER_NULL, &found));
+            if (entry == nullptr)
+            {
+                pg_atomic_fetch_sub_u32(&shared->in_use, 1);
+                result = Published::no_room;
+            }
+        }
+        if (entry != nullptr)
+        {
+            entry->owner = claim.owner;
+            entry->row_written = false;
+            entry->request = claim.request;
+            entry->created_at = claim.created_at;
+            entry->expires_at = claim.expires_at;
+            entry->lease_expires_at = claim.lease_expires_at;
+            pg_atomic_fetch_add_u64(generation, 1);
         }
     }
-    entry->owner = claim.owner;
-    entry->request = claim.request;
-    entry->created_at = claim.created_at;
-    entry->expires_at = claim.expires_at;
-    entry->lease_expires_at = claim.lease_expires_at;
     LWLockRelease(lock);
-    return Published::yes;
+    return result;
+}
+
+// Rule F, after the row is written: bumps the bucket's generation, and
+// reports a live entry that another transaction published meanwhile.
+static bool published_meanwhile(const Tag &tag, Entry *holder)
+{
+    LWLock *lock = partition_lock(tag);
+    LWLockAcquire(lock, LW_EXCLUSIVE);
+    pg_atomic_fetch_add_u64(generation_of(tag), 1);
+    bool held = live_other_entry(tag, holder);
+    LWLockRelease(lock);
+    return held;
+}
+
+// After the claiming subtransaction wrote the claim's row: readers read it.
+static void note_row_written(const OwnClaim &claim)
+{
+    LWLock *lock = partition_lock(claim.tag);
+    LWLockAcquire(lock, LW_EXCLUSIVE);
+    Entry *entry = find_entry(claim.tag);
+    if (entry != nullptr && entry->owner == claim.owner)
+        entry->row_written = true;
+    LWLockRelease(lock);
 }
 
 // Rule C: removes the entry of `claim` if `claim` still owns it.
 static void remove_entry(const OwnClaim &claim)
 {
-    LWLock *lock = partition_lock(claim.hash);
+    LWLock *lock = partition_lock(claim.tag);
     LWLockAcquire(lock, LW_EXCLUSIVE);
-    auto *entry = static_cast<Entry *>(
-        hash_search_with_hash_value(table, &claim.tag, claim.hash, HASH_FIND, nullptr));
+    Entry *entry = find_entry(claim.tag);
     if (entry != nullptr && entry->owner == claim.owner)
     {
-        hash_search_with_hash_value(table, &claim.tag, claim.hash, HASH_REMOVE, nullptr);
-        pg_atomic_fetch_sub_u32(in_use, 1);
+        hash_search_with_hash_value(table, &claim.tag, tag_hash(&claim.tag, 0), HASH_REMOVE,
+                                    nullptr);
+        pg_atomic_fetch_sub_u32(&shared->in_use, 1);
     }
     LWLockRelease(lock);
 }
@@ -273,24 +332,22 @@ static void remove_all_own()
         remove_own(own_count - 1);
 }
 
-static int find_own_index(const Tag &tag)
+// Key columns compare byte-wise, as the primary key does.
+static bool same_text(Datum a, Datum b)
+{
+    const text *x = DatumGetTextPP(a);
+    const text *y = DatumGetTextPP(b);
+    return VARSIZE_ANY_EXHDR(x) == VARSIZE_ANY_EXHDR(y) &&
+           memcmp(VARDATA_ANY(x), VARDATA_ANY(y), VARSIZE_ANY_EXHDR(x)) == 0;
+}
+
+static int find_own_index(const Tag &tag, const store::Key &key)
 {
     for (int i = 0; i < own_count; i++)
-        if (memcmp(&own[i].tag, &tag, sizeof(Tag)) == 0)
+        if (same_tag(own[i].tag, tag) && same_text(own[i].scope, key.scope) &&
+            same_text(own[i].key, key.key))
             return i;
     return -1;
-}
-
-static Datum text_datum(const char *bytes, int length)
-{
-    return PointerGetDatum(cstring_to_text_with_len(bytes, length));
-}
-
-static store::Key key_of(const OwnClaim &claim)
-{
-    const Tag &tag = claim.tag;
-    return store::Key{tag.tenant, text_datum(tag.bytes, tag.scope_bytes),
-                      text_datum(tag.bytes + tag.scope_bytes, tag.key_bytes)};
 }
 
 template <typename T> static Datum copy_datum(const T &value)
@@ -300,7 +357,12 @@ template <typename T> static Datum copy_datum(const T &value)
     return PointerGetDatum(copy);
 }
 
-// What every deferred claim's row says: an in-progress claim, attempt 1.
+static store::Key key_of(const OwnClaim &claim)
+{
+    return store::Key{claim.tag.tenant, claim.scope, claim.key};
+}
+
+// What every fresh claim's row says: an in-progress claim, attempt 1.
 static store::Record claim_record(const store::Key &key, const RequestHash &request,
                                   TimestampTz created_at, TimestampTz expires_at,
                                   TimestampTz lease_expires_at)
@@ -323,11 +385,11 @@ static store::Record claim_record(const store::Key &key, const RequestHash &requ
     return record;
 }
 
-// This transaction's claim, complete with what only its writer needs.
-static store::Record own_record(const OwnClaim &claim, const store::Key &key)
+// This transaction's deferred claim, complete with what only its writer needs.
+static store::Record own_record(const OwnClaim &claim)
 {
-    store::Record record = claim_record(key, claim.request, claim.created_at, claim.expires_at,
-                                        claim.lease_expires_at);
+    store::Record record = claim_record(key_of(claim), claim.request, claim.created_at,
+                                        claim.expires_at, claim.lease_expires_at);
     record.writer = store::Writer::self;
     record.writer_xid = InvalidTransactionId;
     record.set(store::col_ttl, copy_datum(claim.ttl));
@@ -341,6 +403,7 @@ static store::Record holder_record(const store::Key &key, const Entry &entry)
 {
     store::Record record = claim_record(key, entry.request, entry.created_at, entry.expires_at,
                                         entry.lease_expires_at);
+    record.deferred = false;
     record.writer = store::Writer::other;
     record.writer_xid = entry.owner.xid;
     return record;
@@ -366,7 +429,7 @@ static bool write_unwritten(bool at_commit)
         store::Key key = key_of(own[i]);
         // With Citus, each scope's keys are in that scope's shard.
         store::Storage storage = store::open(RowExclusiveLock, key.scope);
-        store::Record record = own_record(own[i], key);
+        store::Record record = own_record(own[i]);
         store::insert_record(storage, key, record);
         store::close(storage);
         own[i].written_in = GetCurrentSubTransactionId();
@@ -406,19 +469,23 @@ static void on_transaction_event(XactEvent event, void *)
     }
 }
 
-// idempotency.inject_fault = pause_at_subtransaction_abort, a superuser's
-// test hook: holds the rollback of a subtransaction here -- after it is
-// marked aborted, before this module's callback has done anything -- while
-// another session holds pg_advisory_lock(pause_lock_key).  The pause is an
-// ordinary lock wait, which the isolation tester sees as such; tests look at
-// the keys of the paused transaction in that window (rule L).
-static void pause_for_test()
+// idempotency.inject_fault's pauses, a superuser's test hooks: each holds
+// this session at one moment of the protocol while another session holds
+// pg_advisory_lock(key), as an ordinary lock wait that the isolation tester
+// sees.  Tests let another session act in that window:
+//  * pause_at_subtransaction_abort (18756): a subtransaction's rollback,
+//    after it is marked aborted and before this module's callback (rule L);
+//  * pause_before_publish (18757): a fresh claim between its read of the key
+//    and its publication (rule A);
+//  * pause_in_fallback (18758): a fresh claim made as if the table had no
+//    free slot, after its row is written and before its check (rule F).
+static void pause_for_test(InjectedFault at, uint64 key)
 {
-    constexpr uint64 pause_lock_key = 18756;
+    if (likely(injected_fault != at))
+        return;
     LOCKTAG tag;
     // As pg_advisory_lock(bigint) tags it.
-    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, uint32(pause_lock_key >> 32), uint32(pause_lock_key),
-                         1);
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, uint32(key >> 32), uint32(key), 1);
     (void)LockAcquire(&tag, ShareLock, false, false);
     LockRelease(&tag, ShareLock, false);
 }
@@ -432,8 +499,7 @@ static void on_subtransaction_event(SubXactEvent event, SubTransactionId subxact
 {
     if (event != SUBXACT_EVENT_ABORT_SUB)
         return;
-    if (unlikely(injected_fault == fault_pause_at_subtransaction_abort))
-        pause_for_test();
+    pause_for_test(fault_pause_at_subtransaction_abort, 18756);
     for (int i = own_count - 1; i >= 0; i--)
     {
         if (own[i].made_in >= subxact)
@@ -460,11 +526,28 @@ static void register_callbacks()
     registered = true;
 }
 
-// Fills the own record of `record`, a fresh claim of `key` as begin filled it.
-static void make_own(OwnClaim &claim, const Tag &tag, const store::Record &record)
+// A new own record, at the end of the list (made room for).
+static OwnClaim &add_own()
 {
+    if (own_count == own_capacity)
+    {
+        int capacity = Max(16, own_capacity * 2);
+        size_t bytes = size_t(capacity) * sizeof(OwnClaim);
+        own = static_cast<OwnClaim *>(own == nullptr ? MemoryContextAlloc(TopMemoryContext, bytes)
+                                                     : repalloc(own, bytes));
+        own_capacity = capacity;
+    }
+    return own[own_count];
+}
+
+// Fills the own record of `record`, a fresh claim of `key` as begin filled it;
+// its key is the caller's until keep_key().
+static void make_own(OwnClaim &claim, const Tag &tag, const store::Key &key,
+                     const store::Record &record)
+{
+    claim.scope = key.scope;
+    claim.key = key.key;
     claim.tag = tag;
-    claim.hash = tag_hash(&tag, sizeof(Tag));
     claim.owner = Owner{GetCurrentTransactionId(), GetTopTransactionId()};
     claim.made_in = GetCurrentSubTransactionId();
     claim.written_in = InvalidSubTransactionId;
@@ -477,114 +560,160 @@ static void make_own(OwnClaim &claim, const Tag &tag, const store::Record &recor
     claim.lease = *DatumGetIntervalP(record.values[store::col_lease]);
 }
 
-// Whether a fresh claim of `key` may be deferred (see "Which claims are
-// deferred" in claims.hpp); fills its tag when it may.
-static bool qualifies(const store::Storage &storage, const store::Key &key,
-                      const store::Record &record, Tag *tag)
+// Copies the key of a published claim for the rest of the transaction.
+static void keep_key(OwnClaim &claim)
 {
-    if (table == nullptr || !storage.has(store::col_sweep_at) ||
-        !record.nulls[store::col_claim_data] || !make_tag(key, tag))
-        return false;
-    if (find_own_index(*tag) >= 0)
-        return false; // rule 1
-    if (own_count == own_claims_max)
-    {
-        stats::add(stats::deferred_fallbacks);
-        return false;
-    }
-    return true;
+    MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+    claim.scope = PointerGetDatum(DatumGetTextPCopy(claim.scope));
+    claim.key = PointerGetDatum(DatumGetTextPCopy(claim.key));
+    MemoryContextSwitchTo(old);
 }
 
 // ---------------------------------------------------------------------------
 // The interface
 // ---------------------------------------------------------------------------
 
-store::Record read_latest(const store::Storage &storage, const store::Key &key)
+store::Record read_latest(const store::Storage &storage, const store::Key &key, Ticket *ticket)
 {
-    Tag tag;
-    if (table != nullptr && make_tag(key, &tag))
-    {
-        int index = own_count > 0 ? find_own_index(tag) : -1;
-        if (index >= 0 && !own[index].written())
-            return own_record(own[index], key);
-        // Once written, this transaction's row speaks for its own claim.
-        Entry entry;
-        if (index < 0 && pg_atomic_read_u32(in_use) > 0 &&
-            copy_entry(tag, tag_hash(&tag, sizeof(Tag)), &entry) && live(entry) &&
-            !TransactionIdIsCurrentTransactionId(entry.owner.xid))
-            return holder_record(key, entry);
-    }
+    if (ticket != nullptr)
+        ticket->valid = false;
+    if (table == nullptr)
+        return store::read_latest(storage, key);
+    Tag tag = make_tag(key);
+    int index = own_count > 0 ? find_own_index(tag, key) : -1;
+    if (index >= 0 && !own[index].written())
+        return own_record(own[index]);
+    // Rule A: the bucket's generation and the entry, under one lock, before
+    // the row.  (Once written, this transaction's row speaks for its own
+    // claim; its entry is looked up anyway, for the generation.)
+    LWLock *lock = partition_lock(tag);
+    LWLockAcquire(lock, LW_SHARED);
+    uint64 generation = pg_atomic_read_u64(generation_of(tag));
+    Entry *found = find_entry(tag);
+    Entry entry;
+    bool entry_found = found != nullptr;
+    if (entry_found)
+        entry = *found;
+    LWLockRelease(lock);
+    if (ticket != nullptr)
+        *ticket = Ticket{generation, true};
+    if (entry_found && !entry.row_written && live(entry) &&
+        !TransactionIdIsCurrentTransactionId(entry.owner.xid))
+        return holder_record(key, entry);
     return store::read_latest(storage, key);
 }
 
 store::Record read_visible(const store::Storage &storage, const store::Key &key,
                            Snapshot snapshot)
 {
-    Tag tag;
-    if (own_count > 0 && make_tag(key, &tag))
+    if (own_count > 0)
     {
-        int index = find_own_index(tag);
+        int index = find_own_index(make_tag(key), key);
         if (index >= 0 && !own[index].written())
-            return own_record(own[index], key);
+            return own_record(own[index]);
     }
     return store::read_visible(storage, key, snapshot);
 }
 
 bool find_own(const store::Storage &storage, const store::Key &key, store::Record *record)
 {
-    Tag tag;
-    if (own_count > 0 && make_tag(key, &tag))
+    if (own_count > 0)
     {
-        int index = find_own_index(tag);
+        int index = find_own_index(make_tag(key), key);
         if (index >= 0 && !own[index].written())
         {
-            *record = own_record(own[index], key);
+            *record = own_record(own[index]);
             return true;
         }
     }
     return store::fetch_last_write(storage, key, record);
 }
 
-bool claim_absent(store::Storage &storage, const store::Key &key, store::Record &record,
-                  bool deferrable)
+// A deferred claim needs the table's 0.2.0 layout (sweep_at) and no claim
+// data, which only a row can hold.
+static bool deferrable_claim(const store::Storage &storage, const store::Record &record)
 {
-    Tag tag;
-    if (deferrable && qualifies(storage, key, record, &tag))
+    return storage.has(store::col_sweep_at) && record.nulls[store::col_claim_data];
+}
+
+Claim claim_absent(store::Storage &storage, const store::Key &key, store::Record &record,
+                   bool deferrable, const Ticket &ticket, bool key_locked)
+{
+    if (table == nullptr || !ticket.valid)
     {
-        register_callbacks();
-        OwnClaim &claim = own[own_count];
-        make_own(claim, tag, record);
-        Entry holder;
-        switch (publish_entry(claim, &holder))
-        {
-            case Published::yes:
-                own_count++;
+        // No shared table: the key lock arbitrates (rule K).
+        Assert(key_locked);
+        store::insert_record(storage, key, record);
+        return Claim::claimed;
+    }
+    Tag tag = make_tag(key);
+    if (own_count > 0 && find_own_index(tag, key) >= 0)
+    {
+        // Rule 1: this transaction's live entry keeps everyone else out.
+        store::insert_record(storage, key, record);
+        return Claim::claimed;
+    }
+    register_callbacks();
+    OwnClaim &claim = add_own();
+    make_own(claim, tag, key, record);
+    Entry holder;
+    pause_for_test(fault_pause_before_publish, 18757);
+    // A transaction holds at most own_claims_max slots: its memory stays
+    // bounded however many keys it claims, and it leaves the table to others.
+    Published published = injected_fault == fault_pause_in_fallback || own_count == own_claims_max
+                              ? Published::no_room
+                              : publish_entry(claim, ticket, &holder);
+    switch (published)
+    {
+        case Published::yes:
+            keep_key(claim);
+            own_count++;
+            if (deferrable && deferrable_claim(storage, record))
+            {
                 stats::add(stats::deferred_claims);
                 record.found = true;
                 record.writer = store::Writer::self;
                 record.deferred = true;
-                return true;
-            case Published::held:
-                record = holder_record(key, holder);
-                return false;
-            case Published::no_room:
-                stats::add(stats::deferred_fallbacks);
-                break;
-        }
+            }
+            else
+            {
+                store::insert_record(storage, key, record);
+                own[own_count - 1].written_in = own[own_count - 1].made_in;
+                note_row_written(own[own_count - 1]);
+            }
+            return Claim::claimed;
+        case Published::changed:
+            return Claim::read_again;
+        case Published::held:
+            record = holder_record(key, holder);
+            return Claim::held;
+        case Published::no_room:
+            break;
     }
-    store::insert_record(storage, key, record);
-    return true;
+    if (!key_locked)
+        return Claim::lock_key;
+    // Rule F.  A claimer that published meanwhile and wrote its row at once
+    // makes the insert wait for its transaction; if that commits, the key is
+    // taken: read it again.
+    stats::add(stats::deferred_fallbacks);
+    if (!store::insert_unless_present(storage, key, record))
+        return Claim::read_again;
+    pause_for_test(fault_pause_in_fallback, 18758);
+    if (published_meanwhile(tag, &holder))
+    {
+        store::delete_record(storage, record);
+        record = holder_record(key, holder);
+        return Claim::held;
+    }
+    return Claim::claimed;
 }
 
 // Records that this transaction's deferred claim of the record's key has its
 // row from now on, in the current subtransaction.
 static void note_written(const store::Record &record)
 {
-    Tag tag;
     store::Key key = store::key_of(record);
-    if (!make_tag(key, &tag))
-        return;
-    int index = find_own_index(tag);
+    int index = find_own_index(make_tag(key), key);
     if (index >= 0 && !own[index].written())
         own[index].written_in = GetCurrentSubTransactionId();
 }

@@ -2,35 +2,63 @@
 // transaction learns of it.  Every rule about claims lives here; the storage
 // layer below (store.hpp) knows rows and versions only, and never calls back.
 //
-// A claim is held by the (sub)transaction that made it, and shows itself in
-// one of two ways:
-//   row    a version of the key's row written by that transaction, which a
-//          dirty snapshot shows as written by a transaction in progress;
-//   entry  a deferred claim: an entry in the shared claims table, published
-//          instead of the row, so that a request whose begin and complete
-//          share a transaction writes its record once, completed.
+// A claim is held by the (sub)transaction that made it, and shows itself
+// through an entry in the shared claims table, a version of the key's row
+// that a dirty snapshot shows as written by a transaction in progress, or
+// both:
+//   entry  published by every fresh claim (of a key that has no record) while
+//          the library is preloaded with slots; it names its owner and says
+//          what a reader needs to answer.  A *deferred* claim has only its
+//          entry until its transaction needs the row, so that a request
+//          whose begin and complete share a transaction writes its record
+//          once, completed.
+//   row    written at once by every other claim: a takeover of a record whose
+//          lease or ttl ended (an update), a claim made while the table has
+//          no free slot, and every claim when the library is not preloaded.
 //
 // THE INVARIANT.  While a claim can still commit, every other transaction
-// that reads its key (read_latest) finds a row or an entry that says so.
+// that reads its key (read_latest) finds an entry or a row that says so.
 // So nobody claims a key that is already claimed, and a key completed by a
 // commit is never claimed again.
 //
 // The rules that keep it, and why each is needed:
-//  K.  The key lock (store::lock_key) is held by whoever decides to claim a
-//      key, take a claim over, change a committed record or delete it: it
-//      reads the key under the lock, decides on what it read, writes, and
-//      lets go.  Two deciders never act on the same state; once the lock is
-//      let go, the claim's row or entry keeps everyone else out.
+//  A.  Arbitration of fresh claims.  A reader reads the generation of the
+//      key's bucket (one of `buckets` counters, under the partition lock
+//      that also covers the entry it looks up) before the row.  A claimer of
+//      a key that read as absent publishes its entry under the same lock
+//      only if that generation is unchanged, and bumps it.  Any claim
+//      published since the read changed it (the claimer reads again); any
+//      published before was seen: its entry while its owner is live, its
+//      committed row after (rule C).  So two fresh claims of one key never
+//      both succeed -- without the key lock, and with one read of the row.
+//  K.  The key lock (store::lock_key) is held by whoever decides to change
+//      an existing record -- take a claim over, change a committed record,
+//      delete it, expire it -- and by every claimer when there is no shared
+//      table: it reads the key under the lock, decides on what it read,
+//      writes, and lets go.  Two such deciders never act on the same state;
+//      once the lock is let go, the row keeps everyone else out.  Fresh
+//      claims (rule A) and these changes never meet: one needs no record,
+//      the other a committed one.
+//  F.  A fresh claim with no free slot (or whose transaction holds
+//      own_claims_max slots already) takes the key lock, reads the key under
+//      it, writes its row, and then -- under the partition lock -- bumps the
+//      bucket's generation and looks for a live entry of the key.  If a
+//      claimer published one meanwhile (having read before the row was
+//      written), the row is deleted again and the answer is in_progress.
+//      Of a publication and this check, whichever comes second sees the
+//      other: a publication after the bump fails its generation check and
+//      reads the row.  (A claimer that published meanwhile and wrote its own
+//      row at once makes this insert wait for its transaction; if that
+//      commits, the insert's unique violation is absorbed and the key read
+//      again.)
 //  O.  An entry records its owner: the id of the (sub)transaction that made
 //      the claim, and of its top-level transaction.  It is live exactly while
 //      TransactionIdIsInProgress(owner): until the top-level transaction
 //      ends, or the owner's subtransaction (or an ancestor) rolls back -- the
 //      life of a row version the owner would have inserted.  Readers check
 //      the procarray every time; liveness is never assumed from the entry
-//      being there.
-//  P.  An entry is published only under the key lock, for a key that reads
-//      as absent, over no entry or a dead one.  A live entry is never
-//      overwritten (a live one found then is answered as a holder).
+//      being there.  A live entry is never overwritten; a dead one may be
+//      taken by the next publication.
 //  L.  An entry stays in the table, answering readers, for as long as its
 //      owner is live, whether or not the claim's row has been written since.
 //      A row written in a subtransaction that then rolls back is gone at the
@@ -43,21 +71,20 @@
 //      removed only after the transaction has left the procarray (COMMIT,
 //      ABORT) or handed its xid to the prepared transaction (PREPARE), or
 //      when the owner's subtransaction rolls back, and only by their owner,
-//      checked by owner id: an entry taken over after its owner's
-//      subtransaction aborted is left to its new owner.
+//      checked by owner id.  A reader that finds an entry dead therefore
+//      finds the committed row, or nothing after an abort.
 //  X.  At backend exit the entries go first (before_shmem_exit); the
 //      transaction, if any, is then aborted and cannot commit the claims.  A
 //      crash resets shared memory along with every transaction.
-//  1.  A transaction has at most one own record per key: the one of its
-//      deferred claim.  Once that record exists, a later claim of the key in
-//      the same transaction (after idempotency_forget) is written as a row,
-//      and the entry, whose owner is still live, keeps answering for the
-//      key.  So a savepoint rollback never has two records of one key to
-//      reconcile.
+//  1.  A transaction has at most one own record per key: the one of its first
+//      fresh claim.  A later claim of the key in the same transaction (after
+//      idempotency_forget) is written as a row, and the first claim's entry,
+//      whose owner outlives it, keeps answering for the key.  So a savepoint
+//      rollback never has two records of one key to reconcile.
 //
 // Transitions of a deferred claim (own record R, entry E):
-//   claim       under K, key absent: E published (P), R made in the current
-//               subtransaction, unwritten.
+//   claim       rule A: E published, R made in the current subtransaction,
+//               unwritten.
 //   write       complete, checkpoint, release, forget, a listing or the
 //               commit: R's row inserted (forget then deletes it), R marked
 //               written in the current subtransaction; E unchanged (L).
@@ -66,14 +93,15 @@
 //               (or an ancestor): R and E removed (E's owner is aborted).
 //   end         R's rows written before commit/prepare (C); R and E removed
 //               after it, or after abort.
+// A fresh claim that is not deferred (idempotency.defer_claims off, claim
+// data, an explicit lease outside a transaction block, or the key's second
+// claim in the transaction) publishes E the same way and writes its row at
+// once; R then only remembers E, to remove it.
 //
-// Which claims are deferred: a fresh claim of an absent key, when the
-// library is preloaded with idempotency.max_deferred_claims > 0 and
-// idempotency.defer_claims is on, a slot is free, the transaction holds
-// fewer than own_claims_max and none of this key (rule 1), scope and key fit
-// in key_bytes_max, it carries no claim data, and the table is at 0.2.0 or
-// later.  Every other claim is written at once, which needs no entry: its
-// row is its evidence.
+// Entries are found by a 128-bit hash of the scope and key (with the
+// database and the tenant): two keys whose hashes collide would keep each
+// other out (in_progress), never both be claimed; the transaction's own
+// records compare the whole key.
 //
 // Backend-local state: this transaction's own records.  Cleared at every
 // transaction end, trimmed at every subtransaction rollback (the callbacks
@@ -85,20 +113,24 @@
 namespace idempotency::claims
 {
 
-// Scope and key bytes that fit in a shared entry; longer keys are written.
-constexpr int key_bytes_max = 240;
-// Deferred claims one transaction may hold; later ones are written.
-constexpr int own_claims_max = 64;
-
 // Asks for the shared claims table (module.cpp's shmem_request_hook), then
 // finds or creates it (its shmem_startup_hook).
 void reserve_shared_memory();
 void attach_shared_memory();
 
+// What a reader saw of the key's bucket before it read the row (rule A).
+struct Ticket
+{
+    uint64 generation;
+    bool valid; // false: no shared table, fresh claims take the key lock
+};
+
 // The newest state of `key` as a claimer must see it: this transaction's own
 // deferred claim, another transaction's live entry (held by it), or the
-// newest version of the row through a dirty snapshot.
-store::Record read_latest(const store::Storage &storage, const store::Key &key);
+// newest version of the row through a dirty snapshot.  With `ticket`, what
+// a fresh claim of an absent key needs to publish.
+store::Record read_latest(const store::Storage &storage, const store::Key &key,
+                          Ticket *ticket = nullptr);
 // The key as `snapshot` sees it, this transaction's deferred claim included.
 store::Record read_visible(const store::Storage &storage, const store::Key &key,
                            Snapshot snapshot);
@@ -107,13 +139,19 @@ store::Record read_visible(const store::Storage &storage, const store::Key &key,
 // when it is not found that way; read_latest under the key lock then knows.
 bool find_own(const store::Storage &storage, const store::Key &key, store::Record *record);
 
-// Under the key lock, for a key that read as absent: makes `record`, filled
-// as a fresh claim, this transaction's claim -- deferred when `deferrable`
-// and the claim qualifies, else written as a row.  False when another
-// transaction turns out to hold the key after all; `record` is then its
-// claim, as read_latest would return it.
-bool claim_absent(store::Storage &storage, const store::Key &key, store::Record &record,
-                  bool deferrable);
+enum class Claim
+{
+    claimed,  // `record` is this transaction's claim now
+    held,     // another transaction holds the key: `record` is its claim
+    read_again, // the key changed since it was read: read it again
+    lock_key  // no free slot (or no shared table): read it again under the key lock
+};
+// Makes `record`, filled as a fresh claim of `key`, which read as absent
+// with `ticket`, this transaction's claim: deferred when `deferrable` and the
+// claim qualifies, else written as a row.  `key_locked`: the caller holds
+// the key lock and read the key under it.
+Claim claim_absent(store::Storage &storage, const store::Key &key, store::Record &record,
+                   bool deferrable, const Ticket &ticket, bool key_locked);
 // Writes the changed `record`, read through this module by its holder: a
 // deferred claim's row is inserted, any other version replaced.
 void write(store::Storage &storage, store::Record &record);

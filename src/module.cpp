@@ -42,6 +42,8 @@ static const struct config_enum_entry fault_options[] = {
     {"exception", fault_exception, false},
     {"out_of_memory", fault_out_of_memory, false},
     {"pause_at_subtransaction_abort", fault_pause_at_subtransaction_abort, false},
+    {"pause_before_publish", fault_pause_before_publish, false},
+    {"pause_in_fallback", fault_pause_in_fallback, false},
     {nullptr, 0, false}};
 
 static const struct config_enum_entry tenant_isolation_options[] = {
@@ -125,8 +127,11 @@ static void define()
     DefineCustomEnumVariable(
         "idempotency.inject_fault", "Injects a fault, for testing.",
         "exception makes every function throw a C++ exception, out_of_memory a std::bad_alloc; "
-        "both must come out as ordinary errors.  pause_at_subtransaction_abort holds the "
-        "rollback of a subtransaction while another session holds pg_advisory_lock(18756).",
+        "both must come out as ordinary errors.  The pauses hold this session while another "
+        "holds an advisory lock: pause_at_subtransaction_abort the rollback of a "
+        "subtransaction (pg_advisory_lock(18756)), pause_before_publish a fresh claim "
+        "between its read and its publication (18757), pause_in_fallback a fresh claim "
+        "made as if the claims table were full, after its row is written (18758).",
         &injected_fault, 0, fault_options, PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr,
         nullptr, nullptr);
 #if PG_VERSION_NUM >= 150000

@@ -868,42 +868,64 @@ void wait_for_transaction(TransactionId xid)
     XactLockTableWait(xid, nullptr, nullptr, XLTW_None);
 }
 
-bool wait_for_transaction(TransactionId xid, int timeout_ms)
+// Runs `body` in an internal subtransaction, as a PL/pgSQL exception block
+// would: false when it raised `absorbed` (the subtransaction rolled back,
+// nothing of it left), true when it finished; any other error propagates.
+// `cleanup` runs either way, before an error propagates.
+template <typename Body, typename Cleanup>
+static bool absorbing(int absorbed, Body body, Cleanup cleanup)
 {
-    // The lock manager can only give up on a wait by raising lock_timeout's
-    // error, so the wait runs in a subtransaction that absorbs exactly that
-    // error, as a PL/pgSQL exception block would.
     MemoryContext context = CurrentMemoryContext;
     ResourceOwner owner = CurrentResourceOwner;
-    int saved_lock_timeout = LockTimeout;
-    volatile bool ended = true;
+    volatile bool finished = true;
     BeginInternalSubTransaction(nullptr);
     MemoryContextSwitchTo(context);
     PG_TRY();
     {
-        LockTimeout = timeout_ms;
-        XactLockTableWait(xid, nullptr, nullptr, XLTW_None);
-        LockTimeout = saved_lock_timeout;
+        body();
+        cleanup();
         ReleaseCurrentSubTransaction();
     }
     PG_CATCH();
     {
-        LockTimeout = saved_lock_timeout;
+        cleanup();
         MemoryContextSwitchTo(context);
         ErrorData *error = CopyErrorData();
         FlushErrorState();
         RollbackAndReleaseCurrentSubTransaction();
         MemoryContextSwitchTo(context);
         CurrentResourceOwner = owner;
-        if (error->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+        if (error->sqlerrcode != absorbed)
             ReThrowError(error);
         FreeErrorData(error);
-        ended = false;
+        finished = false;
     }
     PG_END_TRY();
     MemoryContextSwitchTo(context);
     CurrentResourceOwner = owner;
-    return ended;
+    return finished;
+}
+
+bool wait_for_transaction(TransactionId xid, int timeout_ms)
+{
+    // The lock manager can only give up on a wait by raising lock_timeout's
+    // error, which the subtransaction absorbs.
+    int saved_lock_timeout = LockTimeout;
+    return absorbing(
+        ERRCODE_LOCK_NOT_AVAILABLE,
+        [&] {
+            LockTimeout = timeout_ms;
+            XactLockTableWait(xid, nullptr, nullptr, XLTW_None);
+        },
+        [&] { LockTimeout = saved_lock_timeout; });
+}
+
+bool insert_unless_present(Storage &storage, const Key &key, Record &record)
+{
+    // The executor state of writes is made outside the subtransaction, whose
+    // resource owner would take the relations and slots with it.
+    (void)start_writes(storage);
+    return absorbing(ERRCODE_UNIQUE_VIOLATION, [&] { insert_record(storage, key, record); }, [] {});
 }
 
 } // namespace idempotency::store

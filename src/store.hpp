@@ -209,8 +209,13 @@ Key key_of(const Record &record);
 // has no sweep_at and indexes expires_at itself, which is then rounded up.
 void set_expiry(const Storage &storage, Record &record, TimestampTz expires_at);
 
-// Writes `record` as a new row of `key`; the caller holds the key lock.
+// Writes `record` as a new row of `key`; the caller holds the key lock, or
+// the key's entry in the shared claims table (claims.hpp, rule A).
 void insert_record(Storage &storage, const Key &key, Record &record);
+// The same in a subtransaction, for a writer that another may have beaten to
+// the key (claims.hpp, rule F): false, and nothing written, when a row of the
+// key was committed meanwhile (a unique violation of the primary key).
+bool insert_unless_present(Storage &storage, const Key &key, Record &record);
 // Replaces the version `record.tid` with `record`'s values; the caller holds
 // the key lock, or the version is its own transaction's uncommitted one.
 void update_record(Storage &storage, Record &record);

@@ -1,13 +1,16 @@
 #!/usr/bin/python3
-"""Differential test of deferred claims (src/claims.hpp).
+"""Differential test of the claim protocol's fast paths (src/claims.hpp).
 
 One generator of random operation sequences over a few keys and sessions --
 idempotency_begin / _complete / _checkpoint / _release / _forget / _lookup /
 _keys, the business write of a claimed request, BEGIN, COMMIT, ROLLBACK,
 savepoints and their rollbacks, PREPARE TRANSACTION and COMMIT/ROLLBACK
-PREPARED, cancelled waits and terminated sessions -- is run twice per seed:
-with idempotency.defer_claims on and off.  Every answer and the final tables
-must be identical.  The driver runs one operation at a time; an operation
+PREPARED, cancelled waits and terminated sessions -- is run several times per
+seed: with idempotency.defer_claims on and off, and (--also) on other
+servers, such as one without the shared claims table
+(idempotency.max_deferred_claims = 0: every claim takes the key lock and is
+written at once) and one whose table is nearly always full (claims fall back
+to the key lock).  Every answer and the final tables must be identical.  The driver runs one operation at a time; an operation
 that waits for another session's transaction (which, idle, will not end) is
 cancelled once the server shows it waiting, in both runs alike.
 
@@ -19,7 +22,7 @@ or a claim whose lease has ended -- never a live claim, never a completed
 response.  So at no moment do two sessions hold `claimed` for one key, and a
 completed key is never run again.
 
-Usage: claims.py --dsn DSN [--seconds N | --seeds N] [--first-seed N]
+Usage: claims.py --dsn DSN [--also DSN ...] [--seconds N | --seeds N] [--first-seed N]
 Prints one summary line; exits 1 on any difference or violation, with the
 seed and the operation where it happened.
 """
@@ -431,12 +434,17 @@ def reset(dsn):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument('--dsn', required=True)
+    parser.add_argument('--also', action='append', default=[],
+                        help='another server to run each seed on, with defer_claims on')
     parser.add_argument('--seconds', type=float, default=None)
     parser.add_argument('--seeds', type=int, default=None)
     parser.add_argument('--first-seed', type=int, default=1)
     args = parser.parse_args()
-    with psycopg.connect(args.dsn, autocommit=True) as conn:
-        conn.execute('CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, key text NOT NULL, by text NOT NULL)')
+    # Each run: a server and whether claims are deferred.
+    runs = [(args.dsn, True), (args.dsn, False)] + [(dsn, True) for dsn in args.also]
+    for dsn in [args.dsn] + args.also:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute('CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, key text NOT NULL, by text NOT NULL)')
     started = time.monotonic()
     seed = args.first_seed
     seeds = operations = 0
@@ -445,32 +453,42 @@ def main():
             break
         if args.seconds is not None and time.monotonic() - started >= args.seconds:
             break
-        traces = {}
-        for defer in (True, False):
-            reset(args.dsn)
-            run = Run(args.dsn, seed, defer)
+        traces = []
+        for number, (dsn, defer) in enumerate(runs):
+            reset(dsn)
+            run = Run(dsn, seed, defer)
             try:
-                traces[defer] = run.run()
+                traces.append(run.run())
             except Violation as violation:
                 print('\n'.join(run.trace))
-                print(f'seed {seed}, defer_claims {"on" if defer else "off"}: {violation}')
+                print(f'seed {seed}, run {describe(number, defer)}: {violation}')
                 return 1
-        if traces[True] != traces[False]:
-            print(f'seed {seed}: the answers differ with defer_claims on and off')
-            for on, off in zip(traces[True], traces[False]):
-                marker = '   ' if on == off else '!! '
-                print(f'{marker}on:  {on}')
-                if on != off:
-                    print(f'{marker}off: {off}')
+        for number, trace in enumerate(traces[1:], start=1):
+            if trace == traces[0]:
+                continue
+            print(f'seed {seed}: the answers of run {describe(number, runs[number][1])} differ '
+                  f'from those of run {describe(0, True)}')
+            for first, other in zip(traces[0], trace):
+                marker = '   ' if first == other else '!! '
+                print(f'{marker}{first}')
+                if first != other:
+                    print(f'{marker}{other}')
                     break
             return 1
         seeds += 1
         operations += OPERATIONS
         seed += 1
-    print(f'{seeds} sequences of {OPERATIONS} operations ({operations} in all, each run with '
-          f'defer_claims on and off) over {SESSIONS} sessions and {len(KEYS)} keys: '
-          f'0 differences, 0 violations')
+    print(f'{seeds} sequences of {OPERATIONS} operations ({operations} in all, each run '
+          f'{len(runs)} times: defer_claims on and off, and on {len(args.also)} other servers) '
+          f'over {SESSIONS} sessions and {len(KEYS)} keys: 0 differences, 0 violations')
     return 0
+
+
+def describe(number, defer):
+    """A run, as the summary and the reports name it."""
+    if number < 2:
+        return f'{number + 1} (defer_claims {"on" if defer else "off"})'
+    return f'{number + 1} (--also #{number - 1})'
 
 
 if __name__ == '__main__':

@@ -1,0 +1,77 @@
+# Concurrent claims of few keys by many clients, every way a fresh claim can
+# be made at once: deferred, written at once (idempotency.defer_claims off,
+# or claim data), through the shared table and -- on the servers with one
+# slot and with none -- through the key lock.  Each request that is told
+# claimed does its business write and completes; one that is told
+# in_progress waits for the holder and then replays.  Whatever interleaving
+# the scheduler picks, every key is run exactly once: one business row per
+# completed key, none for a key nobody completed.  (The isolation specs fix
+# the interleavings that matter; this is the same guarantee under load.)
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $clients = 16;
+my $seconds = $ENV{CLAIM_RACE_SECONDS} // 8;
+
+# A transaction per request: claim with one of the ways (as pgbench variables
+# decide), do the work when claimed, complete; else wait and replay.
+my $script = PostgreSQL::Test::Utils::tempdir() . '/requests.sql';
+PostgreSQL::Test::Utils::append_to_file($script, <<'SQL');
+\set k random(1, 40)
+\set way random(0, 2)
+BEGIN;
+SELECT set_config('idempotency.defer_claims', CASE WHEN :way = 1 THEN 'off' ELSE 'on' END, true) IS NOT NULL AS set;
+SELECT (outcome = 'claimed')::integer AS claimed
+  FROM idempotency_begin('race', 'key-' || :k, request_hash('POST /orders'::text), wait => '30s',
+                         claim_data => CASE WHEN :way = 2 THEN '{"way": 2}'::jsonb END)
+ WHERE outcome = 'claimed' OR (outcome = 'replay' AND response_status = 201) \gset
+\if :claimed
+INSERT INTO orders (key) VALUES ('key-' || :k);
+SELECT 1 AS completed WHERE idempotency_complete('race', 'key-' || :k, 201, '{"ok": true}') \gset
+\endif
+COMMIT;
+SQL
+
+for my $setup (
+	[ 'slots', 'idempotency.max_deferred_claims = 4096' ],
+	[ 'one_slot', 'idempotency.max_deferred_claims = 1' ],
+	[ 'no_table', 'idempotency.max_deferred_claims = 0' ])
+{
+	my ($name, $setting) = @$setup;
+	my $node = new_node("race_$name", conf => [ $setting, 'max_connections = 40' ]);
+	$node->safe_psql('postgres', q{
+		CREATE EXTENSION idempotency;
+		CREATE TABLE orders (id bigserial PRIMARY KEY, key text NOT NULL)});
+	# Fresh keys for each round, so that claims meet again and again.
+	my $rounds = 0;
+	my $started = time;
+	while ($rounds == 0 || time - $started < $seconds)
+	{
+		$node->safe_psql('postgres', 'TRUNCATE orders, idempotency.keys');
+		$node->command_ok(
+			[ 'pgbench', '-n', '-c', $clients, '-j', 2, '-t', 40, '-f', $script, 'postgres' ],
+			"$name, round $rounds: pgbench ran every request");
+		my $twice = $node->safe_psql('postgres',
+			q{SELECT count(*) FROM (SELECT key FROM orders GROUP BY key HAVING count(*) > 1) AS t});
+		my $lost = $node->safe_psql('postgres',
+			q{SELECT count(*) FROM idempotency.keys AS k
+			   WHERE k.status = 'c' AND NOT EXISTS (SELECT FROM orders AS o WHERE o.key = k.key)});
+		my $unclaimed = $node->safe_psql('postgres',
+			q{SELECT count(*) FROM orders AS o
+			   WHERE NOT EXISTS (SELECT FROM idempotency.keys AS k WHERE k.key = o.key AND k.status = 'c')});
+		is("$twice $lost $unclaimed", '0 0 0',
+			"$name, round $rounds: no key run twice, no completion without its work, no work without its completion");
+		$rounds++;
+	}
+	note "$name: $rounds rounds of $clients clients x 40 requests over 40 keys";
+	is($node->safe_psql('postgres', q{SELECT (deferred_fallbacks > 0) = (current_setting('idempotency.max_deferred_claims') = '1') FROM idempotency_stats()}),
+		't', "$name: fallbacks to the key lock where, and only where, the table is tiny");
+}
+
+done_testing();
