@@ -5,7 +5,7 @@
 extern "C"
 {
 #include "access/xact.h"
-#include "utils/hsearch.h"
+#include "utils/builtins.h"
 #include "utils/memutils.h"
 }
 
@@ -14,57 +14,66 @@ namespace idempotency::unsettled
 
 const int errcode_unfinished_autocommit_claim = MAKE_SQLSTATE('I', 'K', '0', '0', '4');
 
+// The start of a key: enough for key_for_message, which shows 32 bytes at
+// most (and "..." when there were more).
+constexpr int prefix_bytes = 36;
+
 // One claim, by the hash of its key, with the subtransaction that made it and
-// the start of its key for the message.
+// the start of its key, copied as it is; the message is made only if needed.
 struct UnsettledClaim
 {
     uint64 key_hash;
     SubTransactionId subxact;
-    char key_prefix[40];
+    int prefix_length;
+    char prefix[prefix_bytes];
 };
 
-// The claims of the current transaction, in TopTransactionContext: created
-// by the first claim that needs it, gone with the transaction (its end resets
-// the pointer).
-static HTAB *unsettled = nullptr;
+// The claims of the current transaction, in TopTransactionContext: made by
+// the first claim that needs it, gone with the transaction (its end resets
+// the pointer).  Usually one claim: a list, searched from its end.
+static UnsettledClaim *claims = nullptr;
+static int count = 0;
+static int capacity = 0;
 
 static void forget_all()
 {
-    unsettled = nullptr; // its memory goes with TopTransactionContext
+    claims = nullptr; // its memory goes with TopTransactionContext
+    count = capacity = 0;
 }
 
 // A subtransaction that rolls back takes its claims with it, and those of its
 // children: subtransaction ids grow, so they are the ids from its own on.
 static void forget_rolled_back(SubTransactionId rolled_back)
 {
-    HASH_SEQ_STATUS scan;
-    hash_seq_init(&scan, unsettled);
-    UnsettledClaim *claim;
-    while ((claim = static_cast<UnsettledClaim *>(hash_seq_search(&scan))) != nullptr)
-        if (claim->subxact >= rolled_back)
-            hash_search(unsettled, &claim->key_hash, HASH_REMOVE, nullptr);
+    for (int i = count - 1; i >= 0; i--)
+        if (claims[i].subxact >= rolled_back)
+            claims[i] = claims[--count];
+}
+
+static int find(uint64 key_hash)
+{
+    for (int i = count - 1; i >= 0; i--)
+        if (claims[i].key_hash == key_hash)
+            return i;
+    return -1;
 }
 
 void refuse()
 {
-    if (unsettled == nullptr)
+    if (count == 0)
         return;
-    HASH_SEQ_STATUS scan;
-    hash_seq_init(&scan, unsettled);
-    UnsettledClaim *claim = static_cast<UnsettledClaim *>(hash_seq_search(&scan));
-    if (claim == nullptr)
-        return;
-    hash_seq_term(&scan);
-    long count = hash_get_num_entries(unsettled);
+    const UnsettledClaim &claim = claims[0];
+    char *key = key_for_message(
+        PointerGetDatum(cstring_to_text_with_len(claim.prefix, claim.prefix_length)));
     ereport(ERROR,
             (errcode(errcode_unfinished_autocommit_claim),
              errmsg("idempotency key \"%s\" was claimed outside a transaction block and is not "
                     "completed",
-                    claim->key_prefix),
-             errdetail_plural("%ld claim would commit unfinished: the work after it would not be "
+                    key),
+             errdetail_plural("%d claim would commit unfinished: the work after it would not be "
                               "part of its transaction, and a retry after a crash would run it "
                               "again.",
-                              "%ld claims would commit unfinished: the work after them would not "
+                              "%d claims would commit unfinished: the work after them would not "
                               "be part of their transaction, and a retry after a crash would run "
                               "it again.",
                               count, count),
@@ -76,7 +85,7 @@ void refuse()
 
 static void on_transaction_event(XactEvent event, void *)
 {
-    if (unsettled == nullptr)
+    if (claims == nullptr)
         return;
     if (event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT)
         refuse();
@@ -87,11 +96,12 @@ static void on_transaction_event(XactEvent event, void *)
 static void on_subtransaction_event(SubXactEvent event, SubTransactionId subxact, SubTransactionId,
                                     void *)
 {
-    if (event == SUBXACT_EVENT_ABORT_SUB && unsettled != nullptr)
+    if (event == SUBXACT_EVENT_ABORT_SUB && claims != nullptr)
         forget_rolled_back(subxact);
 }
 
-static HTAB *unsettled_claims()
+// Room for one more claim.
+static UnsettledClaim &add()
 {
     static bool callbacks_registered = false;
     if (!callbacks_registered)
@@ -100,16 +110,15 @@ static HTAB *unsettled_claims()
         RegisterSubXactCallback(on_subtransaction_event, nullptr);
         callbacks_registered = true;
     }
-    if (unsettled == nullptr)
+    if (count == capacity)
     {
-        HASHCTL control;
-        control.keysize = sizeof(uint64);
-        control.entrysize = sizeof(UnsettledClaim);
-        control.hcxt = TopTransactionContext;
-        unsettled = hash_create("idempotency unsettled claims", 16, &control,
-                                HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+        capacity = Max(4, capacity * 2);
+        size_t bytes = size_t(capacity) * sizeof(UnsettledClaim);
+        claims = static_cast<UnsettledClaim *>(
+            claims == nullptr ? MemoryContextAlloc(TopTransactionContext, bytes)
+                              : repalloc(claims, bytes));
     }
-    return unsettled;
+    return claims[count++];
 }
 
 void note_claim(const store::Key &key, bool lease_given)
@@ -117,21 +126,23 @@ void note_claim(const store::Key &key, bool lease_given)
     if (lease_given || IsTransactionBlock())
         return;
     uint64 hash = store::key_hash(key);
-    bool found;
-    UnsettledClaim *claim =
-        static_cast<UnsettledClaim *>(hash_search(unsettled_claims(), &hash, HASH_ENTER, &found));
-    if (found)
+    if (find(hash) >= 0)
         return;
-    claim->subxact = GetCurrentSubTransactionId();
-    strlcpy(claim->key_prefix, key_for_message(key.key), sizeof(claim->key_prefix));
+    UnsettledClaim &claim = add();
+    claim.key_hash = hash;
+    claim.subxact = GetCurrentSubTransactionId();
+    const text *name = DatumGetTextPP(key.key);
+    claim.prefix_length = Min(int(VARSIZE_ANY_EXHDR(name)), prefix_bytes);
+    memcpy(claim.prefix, VARDATA_ANY(name), claim.prefix_length);
 }
 
 void note_settled(const store::Key &key)
 {
-    if (unsettled == nullptr)
+    if (count == 0)
         return;
-    uint64 hash = store::key_hash(key);
-    hash_search(unsettled, &hash, HASH_REMOVE, nullptr);
+    int index = find(store::key_hash(key));
+    if (index >= 0)
+        claims[index] = claims[--count];
 }
 
 } // namespace idempotency::unsettled
