@@ -6,7 +6,12 @@
 //           once its answer is back, SET <key> <response> EX <ttl> (the
 //           response, stored after the work).  Two round trips, no
 //           pipelining: the middleware cannot store before it has claimed.
-//           A fresh random UUID-shaped key per request.
+//           A fresh random UUID-shaped key per request.  With --pg, the work
+//           between the two SETs is the request's business INSERT in
+//           PostgreSQL (the orders table of schema.sql, a prepared statement
+//           in autocommit), as the usual middleware in front of a PostgreSQL
+//           application does it: the whole request that the extension's
+//           does in one transaction.
 //   replay  a retry of a completed request: GET <key> of a prepopulated key.
 //   populate  stores --keys completed keys (known key i holds response i),
 //           then reads a sample back; run once, before the others.
@@ -25,9 +30,10 @@
 // them) to <log-prefix>.<pid>.<thread> in pgbench's --log format, whose third
 // field (latency in microseconds) the runner reads.
 //
-// Build: g++ -std=c++17 -O2 redis_load.cpp -lhiredis -pthread
+// Build: g++ -std=c++17 -O2 -I$(pg_config --includedir) redis_load.cpp -lhiredis -lpq -pthread
 
 #include <hiredis/hiredis.h>
+#include <libpq-fe.h>
 
 #include <poll.h>
 #include <sys/time.h>
@@ -80,6 +86,7 @@ struct Options
     std::string log_prefix;
     double sampling_rate = 1;
     bool broken = false;
+    std::string pg; // new: the business INSERT in this PostgreSQL between the SETs
 };
 
 // ---------------------------------------------------------------- keys and values
@@ -142,6 +149,33 @@ struct ReplyFree
     void operator()(redisReply *r) const { freeReplyObject(r); }
 };
 using Reply = std::unique_ptr<redisReply, ReplyFree>;
+
+struct PgFree
+{
+    void operator()(PGconn *c) const { PQfinish(c); }
+};
+using Pg = std::unique_ptr<PGconn, PgFree>;
+
+// The business INSERT of a new request, as schema.sql's orders table takes it.
+constexpr const char *business_insert =
+    "INSERT INTO orders (idem_key, item, qty) VALUES ($1, 'book', 1)";
+
+Pg connect_pg(const std::string &conninfo)
+{
+    Pg c(PQconnectdb(conninfo.c_str()));
+    if (!c || PQstatus(c.get()) != CONNECTION_OK)
+        throw std::runtime_error("cannot connect to PostgreSQL: " +
+                                 std::string(c ? PQerrorMessage(c.get()) : "out of memory"));
+    PGresult *r = PQprepare(c.get(), "business_insert", business_insert, 1, nullptr);
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    if (!ok)
+        throw std::runtime_error("cannot prepare the business INSERT: " +
+                                 std::string(PQerrorMessage(c.get())));
+    if (PQsetnonblocking(c.get(), 1) != 0)
+        throw std::runtime_error("cannot make the PostgreSQL connection non-blocking");
+    return c;
+}
 
 Context connect(const std::string &socket)
 {
@@ -222,14 +256,23 @@ void fail_check(const std::string &what)
 
 // ---------------------------------------------------------------- one client
 
+// Where a new request stands.
+enum class Step
+{
+    claim,    // awaits the answer of SET NX
+    business, // awaits PostgreSQL's answer to the business INSERT (--pg)
+    store     // awaits the answer of the SET that stores the response
+};
+
 struct Client
 {
     Context ctx;
+    Pg pg; // with --pg
     int id = 0;
     std::mt19937_64 rng;
     std::string key;
     std::string expected; // replay: the response key i must return
-    int step = 0;         // new: 0 awaits the claim's answer, 1 the store's
+    Step step = Step::claim;
     long completed = 0;
     bool active = true;
     Clock::time_point started;
@@ -255,7 +298,7 @@ void start_transaction(const Run &run, Client &c, Clock::time_point now)
         return;
     }
     c.started = now;
-    c.step = 0;
+    c.step = Step::claim;
     if (o.mode == Mode::new_request)
     {
         // --broken: one key for the whole run, so the second claim must be refused.
@@ -272,6 +315,13 @@ void start_transaction(const Run &run, Client &c, Clock::time_point now)
     }
 }
 
+// The middleware stores the response once the work is done.
+void store_response(const Run &run, Client &c)
+{
+    c.step = Step::store;
+    send_command(c.ctx.get(), {"SET", c.key, run.created, "EX", run.ttl});
+}
+
 // Checks one answer; returns true when it ended the transaction.
 bool handle_reply(const Run &run, Client &c, const redisReply *r)
 {
@@ -283,7 +333,7 @@ bool handle_reply(const Run &run, Client &c, const redisReply *r)
             fail_check("replay of stored key " + c.key + " got another response");
         return true;
     }
-    if (c.step == 0)
+    if (c.step == Step::claim)
     {
         if (!is_ok(r))
         {
@@ -291,14 +341,45 @@ bool handle_reply(const Run &run, Client &c, const redisReply *r)
                        (r->type == REDIS_REPLY_NIL ? " (the key existed)" : ""));
             return true;
         }
-        // The work would run here; then the middleware stores the response.
-        c.step = 1;
-        send_command(c.ctx.get(), {"SET", c.key, run.created, "EX", run.ttl});
+        if (c.pg)
+        {
+            // The work: the request's business INSERT.
+            c.step = Step::business;
+            const char *values[] = {c.key.c_str()};
+            if (PQsendQueryPrepared(c.pg.get(), "business_insert", 1, values, nullptr, nullptr,
+                                    0) != 1)
+                throw std::runtime_error(std::string("cannot send the business INSERT: ") +
+                                         PQerrorMessage(c.pg.get()));
+            while (PQflush(c.pg.get()) == 1)
+                ;
+            return false;
+        }
+        store_response(run, c);
         return false;
     }
     if (!is_ok(r))
         fail_check("storing the response of key " + c.key + " got " + describe(r));
     return true;
+}
+
+// After the business INSERT's answer: the result of each statement, then the
+// end of the query.  False while it is still coming.
+bool business_done(Client &c)
+{
+    if (PQconsumeInput(c.pg.get()) != 1)
+        throw std::runtime_error(std::string("connection to PostgreSQL lost: ") +
+                                 PQerrorMessage(c.pg.get()));
+    while (!PQisBusy(c.pg.get()))
+    {
+        PGresult *r = PQgetResult(c.pg.get());
+        if (r == nullptr)
+            return true;
+        if (PQresultStatus(r) != PGRES_COMMAND_OK)
+            fail_check("the business INSERT of key " + c.key + " failed: " +
+                       PQresultErrorMessage(r));
+        PQclear(r);
+    }
+    return false;
 }
 
 // ---------------------------------------------------------------- one thread
@@ -326,6 +407,23 @@ void log_transaction(const Run &run, Thread &t, const Client &c, long latency_us
                  static_cast<long>(tv.tv_sec), static_cast<long>(tv.tv_usec));
 }
 
+// Counts a finished transaction and starts the client's next one.
+void finish_transaction(const Run &run, Thread &t, Client &c)
+{
+    auto now = Clock::now();
+    if (!check_failed)
+    {
+        long latency_us = static_cast<long>(
+            std::chrono::duration_cast<std::chrono::microseconds>(now - c.started).count());
+        c.completed++;
+        t.transactions++;
+        t.latency_sum_us += latency_us;
+        t.last_end = now;
+        log_transaction(run, t, c, latency_us);
+    }
+    start_transaction(run, c, now);
+}
+
 // Reads what arrived for one client and handles each complete answer.
 void receive(const Run &run, Thread &t, Client &c)
 {
@@ -339,21 +437,16 @@ void receive(const Run &run, Thread &t, Client &c)
         if (raw == nullptr)
             return;
         Reply r(static_cast<redisReply *>(raw));
-        if (!handle_reply(run, c, r.get()))
-            continue;
-        auto now = Clock::now();
-        if (!check_failed)
-        {
-            long latency_us = static_cast<long>(
-                std::chrono::duration_cast<std::chrono::microseconds>(now - c.started).count());
-            c.completed++;
-            t.transactions++;
-            t.latency_sum_us += latency_us;
-            t.last_end = now;
-            log_transaction(run, t, c, latency_us);
-        }
-        start_transaction(run, c, now);
+        if (handle_reply(run, c, r.get()))
+            finish_transaction(run, t, c);
     }
+}
+
+// PostgreSQL answered a client's business INSERT, or part of it.
+void receive_pg(const Run &run, Client &c)
+{
+    if (business_done(c))
+        store_response(run, c);
 }
 
 void drive(const Run &run, Thread &t)
@@ -366,10 +459,13 @@ void drive(const Run &run, Thread &t)
     {
         fds.clear();
         polled.clear();
+        // Each client waits on one server at a time: PostgreSQL during the
+        // business INSERT, Redis otherwise.
         for (Client *c : t.clients)
             if (c->active)
             {
-                fds.push_back({c->ctx->fd, POLLIN, 0});
+                int fd = c->step == Step::business ? PQsocket(c->pg.get()) : c->ctx->fd;
+                fds.push_back({fd, POLLIN, 0});
                 polled.push_back(c);
             }
         if (fds.empty())
@@ -379,7 +475,12 @@ void drive(const Run &run, Thread &t)
             throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
         for (size_t i = 0; i < fds.size(); i++)
             if (fds[i].revents != 0)
-                receive(run, t, *polled[i]);
+            {
+                if (polled[i]->step == Step::business)
+                    receive_pg(run, *polled[i]);
+                else
+                    receive(run, t, *polled[i]);
+            }
     }
 }
 
@@ -410,11 +511,14 @@ std::FILE *open_log(const Options &o, int thread)
 
 // ---------------------------------------------------------------- the modes
 
-const char *mode_description(Mode m)
+const char *mode_description(const Options &o)
 {
-    return m == Mode::new_request
+    if (o.mode == Mode::replay)
+        return "replay: GET key of a stored key (1 round trip)";
+    return o.pg.empty()
                ? "new request: SET key claim NX EX ttl; SET key response EX ttl (2 round trips)"
-               : "replay: GET key of a stored key (1 round trip)";
+               : "new request: SET key claim NX EX ttl; INSERT the order in PostgreSQL; SET key "
+                 "response EX ttl (3 round trips)";
 }
 
 int measure(const Options &o)
@@ -428,6 +532,8 @@ int measure(const Options &o)
     for (int i = 0; i < o.clients; i++)
     {
         clients[i].ctx = connect(o.socket);
+        if (!o.pg.empty() && o.mode == Mode::new_request)
+            clients[i].pg = connect_pg(o.pg);
         clients[i].id = i;
         clients[i].rng.seed((static_cast<uint64_t>(seed()) << 32) ^ seed() ^ i);
     }
@@ -471,7 +577,7 @@ int measure(const Options &o)
     double elapsed = std::chrono::duration<double>(end - run.start).count();
     long failed = check_failed && !broken_connection ? 1 : 0;
 
-    std::printf("transaction type: %s\n", mode_description(o.mode));
+    std::printf("transaction type: %s\n", mode_description(o));
     std::printf("number of clients: %d\n", o.clients);
     std::printf("number of threads: %zu\n", threads.size());
     if (o.transactions > 0)
@@ -556,7 +662,7 @@ int populate(const Options &o)
                  "redis_load: %s\n"
                  "usage: redis_load --socket PATH --mode populate|new|replay [--clients N]\n"
                  "       [--jobs N] [--seconds S | --transactions N] [--keys N] [--ttl S]\n"
-                 "       [--log-prefix P] [--sampling-rate R] [--broken]\n",
+                 "       [--log-prefix P] [--sampling-rate R] [--broken] [--pg CONNINFO]\n",
                  why);
     std::exit(1);
 }
@@ -583,6 +689,7 @@ Options parse(int argc, char **argv)
                                    {"log-prefix", required_argument, nullptr, 'l'},
                                    {"sampling-rate", required_argument, nullptr, 'r'},
                                    {"broken", no_argument, nullptr, 'b'},
+                                   {"pg", required_argument, nullptr, 'p'},
                                    {nullptr, 0, nullptr, 0}};
     Options o;
     int opt;
@@ -631,6 +738,9 @@ Options parse(int argc, char **argv)
                 break;
             case 'b':
                 o.broken = true;
+                break;
+            case 'p':
+                o.pg = optarg;
                 break;
             default:
                 usage("unknown option");

@@ -18,11 +18,14 @@ CREATE TEMP TABLE goals (ord, mode, name, kind, num, den, op, goal) AS VALUES
     -- (ext_new_pipeline, in the table for comparison), and it is the same
     -- shape as its baseline.  "WAL per new request" is what the extension
     -- adds to the business INSERT; the total is in the workload table.
-    -- Against Redis (redis_new: claim SET NX, then store SET; redis_replay:
-    -- GET) the goal is the issue's: a durable new request in one round trip
-    -- at least 1.3 times the durable Redis pair.  The other Redis lines
-    -- have no goal (op and goal NULL): they are reported as measured.
-    (1, 'off', 'ext replay / bare PK SELECT', 'tps', 'ext_replay', 'bare_select', '>=', 0.85),
+    -- Against Redis, whole request against whole request: the middleware a
+    -- user would put in front of PostgreSQL instead (redis_middleware: SET NX
+    -- in Redis, the business INSERT in PostgreSQL, SET in Redis) against the
+    -- extension's new request, and a Redis GET against a replay.  redis_new
+    -- (the two SETs without the business write) is only in the workload
+    -- table, for reference.  Lines without a goal (op and goal NULL) are
+    -- reported as measured.
+    (1, 'off', 'ext replay / bare PK SELECT', 'tps', 'ext_replay', 'bare_select', '>=', 0.95),
     (2, 'off', 'ext replay WAL bytes per tx', 'wal', 'ext_replay', NULL, '=', 0),
     (3, 'off', 'ext new, 1 round trip / PL/pgSQL baseline', 'tps', 'ext_new_fn', 'plain_new_fn', '>=', 1.4),
     (4, 'off', 'ext new, 1 round trip / bare INSERT', 'tps', 'ext_new_fn', 'bare_insert', '>=', 0.6),
@@ -30,9 +33,9 @@ CREATE TEMP TABLE goals (ord, mode, name, kind, num, den, op, goal) AS VALUES
     (6, 'off', 'ext contention / plain contention', 'tps', 'ext_contention', 'plain_contention', '>=', 2.5),
     (7, 'off', 'ext contention: keys with duplicated business rows', 'duplicates', 'ext_contention', NULL, '=', 0),
     (8, 'off', 'ext WAL bytes per new request beyond bare INSERT', 'wal_extra', 'ext_new_fn', 'bare_insert', '<=', 400),
-    (9, 'off', 'ext replay / Redis replay (GET)', 'tps', 'ext_replay', 'redis_replay', NULL, NULL),
-    (10, 'off', 'ext new, 1 round trip / Redis claim + store pair', 'tps', 'ext_new_fn', 'redis_new', NULL, NULL),
-    (11, 'off', 'ext two-phase / Redis claim + store pair', 'tps', 'ext_two_phase', 'redis_new', NULL, NULL),
+    (9, 'off', 'ext replay / Redis replay (GET)', 'tps', 'ext_replay', 'redis_replay', '>=', 1.0),
+    (10, 'off', 'ext new, 1 round trip / Redis middleware', 'tps', 'ext_new_fn', 'redis_middleware', '>=', 2.0),
+    (11, 'off', 'ext new, 5 statements / Redis middleware', 'tps', 'ext_new', 'redis_middleware', NULL, NULL),
     (12, 'on', 'ext new, 5 statements / plain 5 statements', 'tps', 'ext_new', 'plain_new', '>=', 1.05),
     (13, 'on', 'ext new, 1 round trip / PL/pgSQL baseline', 'tps', 'ext_new_fn', 'plain_new_fn', '>=', 1.0),
     (14, 'on', 'ext replay / plain replay', 'tps', 'ext_replay', 'plain_replay', '>=', 1.0),
@@ -40,8 +43,8 @@ CREATE TEMP TABLE goals (ord, mode, name, kind, num, den, op, goal) AS VALUES
     (16, 'on', 'ext contention: keys with duplicated business rows', 'duplicates', 'ext_contention', NULL, '=', 0),
     (17, 'on', 'ext new, 1 round trip / bare INSERT', 'tps', 'ext_new_fn', 'bare_insert', '>=', 0.65),
     (18, 'on', 'ext replay / Redis replay (GET)', 'tps', 'ext_replay', 'redis_replay', NULL, NULL),
-    (19, 'on', 'ext new, 1 round trip / Redis claim + store pair', 'tps', 'ext_new_fn', 'redis_new', '>=', 1.3),
-    (20, 'on', 'ext new, 5 statements / Redis claim + store pair', 'tps', 'ext_new', 'redis_new', NULL, NULL),
+    (19, 'on', 'ext new, 1 round trip / Redis middleware', 'tps', 'ext_new_fn', 'redis_middleware', '>=', 2.0),
+    (20, 'on', 'ext new, 5 statements / Redis middleware', 'tps', 'ext_new', 'redis_middleware', NULL, NULL),
     -- A claim completed in its own transaction is written once, by the
     -- completion (deferred claims): no update.  A claim completed in a later
     -- transaction is updated; expiry is kept to the microsecond, the sweep's
