@@ -281,6 +281,12 @@ query(
 		q{SELECT (idempotency_begin('ten1', 'field', request_hash('x'::text))).outcome});
 	is($sqlstate, 'IK005', 'a call shape Citus does not delegate is refused with IK005');
 	like($stderr, qr/not routed/, '... saying the call was not routed');
+	# The README's table says a WHERE clause keeps a call from being
+	# delegated (Citus 13.2 plans it on the coordinator): it must hear IK005 too.
+	($sqlstate) = sql_error($coordinator, $db,
+		sprintf(q{BEGIN; SELECT outcome FROM %s WHERE outcome IS NOT NULL; COMMIT},
+			begin_call('ten1', 'local-pre', 'POST /orders')));
+	is($sqlstate, 'IK005', 'a call filtered by a WHERE clause is not delegated: IK005');
 
 	# A NULL scope, which Citus's delegation would hash without a NULL check:
 	# 22004 from the extension before Citus plans the call, whatever shape
