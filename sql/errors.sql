@@ -33,7 +33,8 @@ SELECT pg_temp.try($$ SELECT idempotency_release(NULL, 'held') $$);
 SELECT pg_temp.try($$ SELECT * FROM idempotency_lookup('s', NULL) $$);
 SELECT pg_temp.try($$ SELECT * FROM idempotency_lookup(NULL, 'k') $$);
 
--- 22023: empty key; ttl, lease or wait out of range; status out of range
+-- IK006, the client's key (HTTP 400): empty; 22023, the handler's arguments
+-- (HTTP 500): ttl, lease or wait out of range; status out of range
 SELECT pg_temp.try($$ SELECT idempotency_begin('s', '', request_hash('r'::text)) $$);
 SELECT pg_temp.try($$ SELECT * FROM idempotency_lookup('s', '') $$);
 SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'k', request_hash('r'::text), ttl => '0') $$);
@@ -57,7 +58,7 @@ SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'held', 99) $$);
 SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'held', 600) $$);
 SELECT pg_temp.try($$ SELECT idempotency_expire(-1) $$);
 
--- 22001: over-long key or scope (idempotency.max_key_length bytes, multibyte
+-- IK006 for an over-long key, 22001 for a scope (idempotency.max_key_length bytes, multibyte
 -- characters count as their UTF-8 bytes); the message shows a prefix only
 SET idempotency.max_key_length = 8;
 SELECT pg_temp.try($$ SELECT idempotency_begin('s', '123456789', request_hash('r'::text)) $$);

@@ -138,7 +138,7 @@ SELECT count(*) AS scopes FROM idempotency_scope_stats() WHERE scope LIKE chr(1)
 
 --
 -- max_key_length counts bytes: a key of 4-byte characters ending exactly at
--- the limit (here 255 bytes) is accepted, one byte more is 22001, and the
+-- the limit (here 255 bytes) is accepted, one byte more is IK006, and the
 -- message shows a prefix cut at a character boundary.
 --
 SET idempotency.max_key_length = 255;

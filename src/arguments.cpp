@@ -16,6 +16,8 @@ extern "C"
 namespace idempotency::arguments
 {
 
+const int errcode_invalid_key = MAKE_SQLSTATE('I', 'K', '0', '0', '6');
+
 // The latest end of a ttl or lease, after now.
 constexpr int64 max_ttl_or_lease_us = int64(settings::max_duration_s) * USECS_PER_SEC;
 
@@ -41,9 +43,9 @@ KeyProblem key_problem(Datum scope, Datum key)
     return too_long(key) ? KeyProblem::long_key : KeyProblem::none;
 }
 
-[[noreturn]] static void report_too_long(Datum value, const char *name)
+[[noreturn]] static void report_too_long(Datum value, const char *name, int sqlerrcode)
 {
-    ereport(ERROR, (errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+    ereport(ERROR, (errcode(sqlerrcode),
                     errmsg("%s \"%s\" is too long (%d bytes)", name, key_for_message(value),
                            int(VARSIZE_ANY_EXHDR(DatumGetTextPP(value)))),
                     errdetail("idempotency.max_key_length is %d bytes.", settings::max_key_length),
@@ -69,13 +71,13 @@ store::Key key_args(FunctionCallInfo fcinfo)
     switch (key_problem(args.scope, args.key))
     {
         case KeyProblem::empty_key:
-            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                            errmsg("key must not be empty"), errhidestmt(true)));
+            ereport(ERROR, (errcode(errcode_invalid_key), errmsg("key must not be empty"),
+                            errhidestmt(true)));
             break;
         case KeyProblem::long_scope:
-            report_too_long(args.scope, "scope");
+            report_too_long(args.scope, "scope", ERRCODE_STRING_DATA_RIGHT_TRUNCATION);
         case KeyProblem::long_key:
-            report_too_long(args.key, "key");
+            report_too_long(args.key, "key", errcode_invalid_key);
         case KeyProblem::none:
             break;
     }

@@ -39,6 +39,10 @@ enum class KeyProblem
     long_key
 };
 KeyProblem key_problem(Datum scope, Datum key);
+// The client's key is unusable (empty or too long): a request to answer
+// with 400, apart from the handler's own mistakes (22023, 22001 for a scope,
+// 22004), which are its bugs.
+extern const int errcode_invalid_key;
 // Arguments 0 and 1 (scope, key), checked, with the calling tenant.
 store::Key key_args(FunctionCallInfo fcinfo);
 // With idempotency.tenant_isolation = role, the calling role; else none.

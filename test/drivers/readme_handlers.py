@@ -264,7 +264,7 @@ def forgotten_begin(api):
 
 
 def bad_key(api):
-    """An empty key: idempotency_key_problem says why, begin raises 22023."""
+    """An empty key: idempotency_key_problem says why, begin raises IK006."""
     conn = api.connect()
     ((problem,),) = api.sql(conn, "SELECT idempotency_key_problem(%s, %s)", ("orders", ""))
     try:
@@ -273,8 +273,8 @@ def bad_key(api):
     except api.error() as e:
         state = api.sqlstate(e)
     conn.close()
-    report(problem == "key is empty" and state == "22023",
-           "an empty key: idempotency_key_problem says so, and begin raises 22023", f"{problem} / {state}")
+    report(problem == "key is empty" and state == "IK006",
+           "an empty key: idempotency_key_problem says so, and begin raises IK006", f"{problem} / {state}")
 
 
 class Provider:

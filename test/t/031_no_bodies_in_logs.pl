@@ -98,7 +98,7 @@ sub checkpoint_sql
 
 error_path('22004', complete_sql('NULL', 200), 'complete without a key');
 error_path('22023', complete_sql(q{'held'}, 99), 'complete with an invalid status');
-error_path('22001', complete_sql(q{repeat('k', 1100)}, 200), 'complete with an over-long key');
+error_path('IK006', complete_sql(q{repeat('k', 1100)}, 200), 'complete with an over-long key');
 {
 	# A response over max_response_bytes completes without its body, with a
 	# WARNING that shows none of it.

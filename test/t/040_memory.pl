@@ -319,7 +319,7 @@ BEGIN
     BEGIN
         PERFORM idempotency_begin('mem', '', h);
         RAISE EXCEPTION 'empty key accepted';
-    EXCEPTION WHEN SQLSTATE '22023' THEN NULL;
+    EXCEPTION WHEN SQLSTATE 'IK006' THEN NULL;
     END;
     BEGIN
         PERFORM idempotency_begin(NULL, a, h);
@@ -329,7 +329,7 @@ BEGIN
     BEGIN
         PERFORM idempotency_begin('mem', repeat('k', 1100), h);
         RAISE EXCEPTION 'long key accepted';
-    EXCEPTION WHEN SQLSTATE '22001' THEN NULL;
+    EXCEPTION WHEN SQLSTATE 'IK006' THEN NULL;
     END;
     BEGIN
         PERFORM idempotency_begin('mem', a, h, ttl => '0 seconds');
