@@ -108,6 +108,13 @@ SELECT status, request = request_hash('{"item": "book"}'::jsonb) AS same_request
 SELECT outcome, attempt FROM idempotency_begin('pay', 'charge-1', request_hash('10 EUR'::text), lease => '1 hour');
 SELECT outcome, attempt, retry_after BETWEEN '59 minutes' AND '1 hour' AS retry_after_lease
   FROM idempotency_begin('pay', 'charge-1', request_hash('10 EUR'::text));
+-- retry_after_seconds: the same in whole seconds, rounded up, for Retry-After;
+-- NULL with every other outcome.
+SELECT retry_after_seconds = ceil(extract(epoch FROM retry_after)) AS rounded_up,
+       retry_after_seconds BETWEEN 3540 AND 3600 AS seconds_of_lease
+  FROM idempotency_begin('pay', 'charge-1', request_hash('10 EUR'::text));
+SELECT outcome, retry_after_seconds
+  FROM idempotency_begin('shop', 'key-1', request_hash('{"item": "book"}'::jsonb));
 SELECT idempotency_checkpoint('pay', 'charge-1', 'provider-called', lease => '2 hours', attempt => 1)
        BETWEEN now() + '119 minutes' AND now() + '2 hours 1 minute' AS lease_extended;
 SELECT status, attempt, recovery_point FROM idempotency_lookup('pay', 'charge-1');

@@ -12,6 +12,15 @@ ALTER FUNCTION @extschema@.idempotency_keys(text, text, integer) VOLATILE PARALL
 ALTER FUNCTION @extschema@.idempotency_lookup(text, text, boolean) PARALLEL RESTRICTED;
 
 -- ---------------------------------------------------------------------------
+-- retry_after in whole seconds, as HTTP's Retry-After takes it
+-- ---------------------------------------------------------------------------
+
+-- Drivers give an interval as an object of their own (or as text); a handler
+-- wants the header's integer.  A new attribute at the end, as a fresh install
+-- has it.
+ALTER TYPE @extschema@.idempotency_begin_result ADD ATTRIBUTE retry_after_seconds integer;
+
+-- ---------------------------------------------------------------------------
 -- Tenants isolated through a gateway role under 0.1.0
 -- ---------------------------------------------------------------------------
 

@@ -257,7 +257,8 @@ CREATE TYPE @extschema@.idempotency_begin_result AS (
     recovery_point text, retry_after interval,
     created_at timestamptz, expires_at timestamptz,
     response_body_bytes bytea, response_body_omitted boolean,
-    status text, lease_expires_at timestamptz, claim_data jsonb);
+    status text, lease_expires_at timestamptz, claim_data jsonb,
+    retry_after_seconds integer);
 COMMENT ON TYPE @extschema@.idempotency_begin_result IS 'result row of idempotency_begin';
 
 CREATE FUNCTION @extschema@.idempotency_begin(

@@ -104,8 +104,8 @@ KeyState classify(const Record &record, const BeginArgs &args, TimestampTz now)
     // transaction's own after idempotency_release() or a dropped server
     // error.  Answering claimed on such an own claim without renewing it
     // would let another caller take it over once this transaction commits.
-    bool dead = record.writer != Writer::other && !record.completed() &&
-                record.lease_expires_at() <= now;
+    bool dead =
+        record.writer != Writer::other && !record.completed() && record.lease_expires_at() <= now;
     if (!same_request)
         return dead && args.take_over_mismatch ? KeyState::dead_mismatch : KeyState::mismatch;
     if (record.completed())
@@ -248,8 +248,8 @@ BeginAnswer begin_once(Storage &storage, const BeginArgs &args)
             for (int column = 0; column < store::column_count; column++)
                 record.set_null(store::Column(column));
             fill_claim(storage, record, args, state, now);
-            claims::Claim claim =
-                claims::claim_absent(storage, args.key, record, deferrable(args), ticket, key_locked);
+            claims::Claim claim = claims::claim_absent(storage, args.key, record, deferrable(args),
+                                                       ticket, key_locked);
             if (claim == claims::Claim::claimed)
             {
                 result = answer(Outcome::claimed, record);
@@ -391,6 +391,8 @@ enum BeginColumn
     out_status,
     out_lease_expires_at,
     out_claim_data,
+    // 0.3.0
+    out_retry_after_seconds,
     begin_column_count
 };
 
@@ -435,6 +437,11 @@ Datum begin_result(FunctionCallInfo fcinfo, const BeginAnswer &result)
     {
         values[out_retry_after] = IntervalPGetDatum(interval_from_us(result.retry_after_us));
         nulls[out_retry_after] = false;
+        // Whole seconds, rounded up, at least 1: what Retry-After takes.
+        int64 seconds = (result.retry_after_us + USECS_PER_SEC - 1) / USECS_PER_SEC;
+        values[out_retry_after_seconds] =
+            Int32GetDatum(int32(Max(int64(1), Min(seconds, int64(PG_INT32_MAX)))));
+        nulls[out_retry_after_seconds] = false;
     }
     return HeapTupleGetDatum(heap_form_tuple(type->desc, values, nulls));
 }
