@@ -91,9 +91,10 @@ template <typename Body> inline auto guarded(Body &&body) -> decltype(body())
 // such as a cancel, a lock timeout or a missing table -- is therefore logged
 // without its statement, and a deadlock without the other sessions'
 // statements, which its log detail would quote.  `body` must not throw: it
-// is guarded() itself, or code that calls no C++ that throws.  The call goes through a function pointer into another translation unit so
-// that none of body's locals share a frame with the setjmp: an inlined body
-// would leave them liable to clobbering by the longjmp.
+// is guarded() itself, or code that calls no C++ that throws.  The call goes
+// through a function pointer into another translation unit, so that none of
+// body's locals share a frame with the setjmp: an inlined body would leave
+// them liable to clobbering by the longjmp.
 Datum errors_without_request_data(PGFunction body, FunctionCallInfo fcinfo);
 
 } // namespace idempotency

@@ -101,10 +101,10 @@ struct SharedState
     pg_atomic_uint64 generations[buckets];
 };
 
-static HTAB *table = nullptr;          // null unless preloaded with slots
-static LWLockPadded *locks = nullptr;  // one per partition
+static HTAB *table = nullptr;         // null unless preloaded with slots
+static LWLockPadded *locks = nullptr; // one per partition
 static SharedState *shared = nullptr;
-static OwnClaim *own = nullptr;        // this transaction's, in TopMemoryContext
+static OwnClaim *own = nullptr; // this transaction's, in TopMemoryContext
 static int own_count = 0;
 static int own_capacity = 0;
 
@@ -133,9 +133,9 @@ static Tag make_tag(const store::Key &key)
         uint64 seed = (uint64(tag.database) << 32 | tag.tenant) + uint64(i) * 0x9e3779b97f4a7c15;
         uint64 part = hash_bytes_extended(
             reinterpret_cast<const unsigned char *>(VARDATA_ANY(scope)), scope_bytes, seed);
-        tag.hash[i] = hash_bytes_extended(
-            reinterpret_cast<const unsigned char *>(VARDATA_ANY(name)), key_bytes,
-            part + uint64(scope_bytes));
+        tag.hash[i] =
+            hash_bytes_extended(reinterpret_cast<const unsigned char *>(VARDATA_ANY(name)),
+                                key_bytes, part + uint64(scope_bytes));
     }
     return tag;
 }
@@ -252,11 +252,9 @@ static Published publish_entry(const OwnClaim &claim, const Ticket &ticket, Entr
         {
             // A new entry takes a slot: at most max_deferred_claims are in use.
             bool found;
-            if (pg_atomic_fetch_add_u32(&shared->in_use, 1) <
-                uint32(settings::max_deferred_claims))
-                entry = static_cast<Entry *>(
-                    hash_search_with_hash_value(table, &claim.tag, tag_hash(&claim.tag, 0),
-                                                HASH_ENTER_NULL, &found));
+            if (pg_atomic_fetch_add_u32(&shared->in_use, 1) < uint32(settings::max_deferred_claims))
+                entry = static_cast<Entry *>(hash_search_with_hash_value(
+                    table, &claim.tag, tag_hash(&claim.tag, 0), HASH_ENTER_NULL, &found));
             if (entry == nullptr)
             {
                 pg_atomic_fetch_sub_u32(&shared->in_use, 1);
@@ -603,8 +601,7 @@ store::Record read_latest(const store::Storage &storage, const store::Key &key, 
     return store::read_latest(storage, key);
 }
 
-store::Record read_visible(const store::Storage &storage, const store::Key &key,
-                           Snapshot snapshot)
+store::Record read_visible(const store::Storage &storage, const store::Key &key, Snapshot snapshot)
 {
     if (own_count > 0)
     {
