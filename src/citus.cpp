@@ -542,7 +542,8 @@ static FuncExpr *single_call(const Query *query)
     }
     if (from == NIL && list_length(query->targetList) == 1)
     {
-        Node *expr = reinterpret_cast<Node *>(castNode(TargetEntry, linitial(query->targetList))->expr);
+        Node *expr =
+            reinterpret_cast<Node *>(castNode(TargetEntry, linitial(query->targetList))->expr);
         return IsA(expr, FuncExpr) ? castNode(FuncExpr, expr) : nullptr;
     }
     return nullptr;
@@ -552,10 +553,10 @@ static FuncExpr *single_call(const Query *query)
 // first argument, the scope: a C function of this library taking a scope.
 static bool delegated_by_scope(Oid function)
 {
-    static const char *const names[] = {
-        "idempotency_begin",  "idempotency_complete", "idempotency_checkpoint",
-        "idempotency_release", "idempotency_forget",  "idempotency_lookup",
-        "idempotency_keys"};
+    static const char *const names[] = {"idempotency_begin",      "idempotency_complete",
+                                        "idempotency_checkpoint", "idempotency_release",
+                                        "idempotency_forget",     "idempotency_lookup",
+                                        "idempotency_keys"};
     HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
     if (!HeapTupleIsValid(tuple))
         return false;

@@ -132,8 +132,7 @@ struct Ticket
 store::Record read_latest(const store::Storage &storage, const store::Key &key,
                           Ticket *ticket = nullptr);
 // The key as `snapshot` sees it, this transaction's deferred claim included.
-store::Record read_visible(const store::Storage &storage, const store::Key &key,
-                           Snapshot snapshot);
+store::Record read_visible(const store::Storage &storage, const store::Key &key, Snapshot snapshot);
 // This transaction's own uncommitted claim of `key`, found without the key
 // lock: its deferred claim, or the version this backend wrote last.  False
 // when it is not found that way; read_latest under the key lock then knows.
@@ -141,10 +140,10 @@ bool find_own(const store::Storage &storage, const store::Key &key, store::Recor
 
 enum class Claim
 {
-    claimed,  // `record` is this transaction's claim now
-    held,     // another transaction holds the key: `record` is its claim
+    claimed,    // `record` is this transaction's claim now
+    held,       // another transaction holds the key: `record` is its claim
     read_again, // the key changed since it was read: read it again
-    lock_key  // no free slot (or no shared table): read it again under the key lock
+    lock_key    // no free slot (or no shared table): read it again under the key lock
 };
 // Makes `record`, filled as a fresh claim of `key`, which read as absent
 // with `ticket`, this transaction's claim: deferred when `deferrable` and the

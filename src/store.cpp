@@ -925,7 +925,8 @@ bool insert_unless_present(Storage &storage, const Key &key, Record &record)
     // The executor state of writes is made outside the subtransaction, whose
     // resource owner would take the relations and slots with it.
     (void)start_writes(storage);
-    return absorbing(ERRCODE_UNIQUE_VIOLATION, [&] { insert_record(storage, key, record); }, [] {});
+    return absorbing(
+        ERRCODE_UNIQUE_VIOLATION, [&] { insert_record(storage, key, record); }, [] {});
 }
 
 } // namespace idempotency::store
