@@ -712,11 +712,11 @@ IDEMPOTENCY_FUNCTION(idempotency_complete)
     if (store_response && !response.body)
         warn_omitted(key, response);
     namespace stats = idempotency::stats;
-    stats::add(!store_response ? stats::server_errors_dropped
-               : replaced      ? stats::responses_replaced
-                               : stats::completes);
+    stats::add_if_committed(!store_response ? stats::server_errors_dropped
+                            : replaced      ? stats::responses_replaced
+                                            : stats::completes);
     if (store_response && !response.body)
-        stats::add(stats::responses_omitted);
+        stats::add_if_committed(stats::responses_omitted);
     PG_RETURN_BOOL(store_response);
 }
 
@@ -742,7 +742,7 @@ IDEMPOTENCY_FUNCTION(idempotency_checkpoint)
             record.set(store::col_recovery_point, PG_GETARG_DATUM(2));
         record.set(store::col_lease_expires_at, TimestampTzGetDatum(lease_end));
     });
-    idempotency::stats::add(idempotency::stats::checkpoints);
+    idempotency::stats::add_if_committed(idempotency::stats::checkpoints);
     PG_RETURN_TIMESTAMPTZ(lease_end);
 }
 
@@ -756,7 +756,7 @@ IDEMPOTENCY_FUNCTION(idempotency_release)
     change_held_claim(key, has_attempt, attempt, Settles::yes, [](const Storage &, Record &record) {
         record.set(store::col_lease_expires_at, TimestampTzGetDatum(GetCurrentTimestamp()));
     });
-    idempotency::stats::add(idempotency::stats::releases);
+    idempotency::stats::add_if_committed(idempotency::stats::releases);
     PG_RETURN_VOID();
 }
 
@@ -793,6 +793,6 @@ IDEMPOTENCY_FUNCTION(idempotency_forget)
     store::close(storage);
     idempotency::unsettled::note_settled(key);
     if (forgotten)
-        idempotency::stats::add(idempotency::stats::forgets);
+        idempotency::stats::add_if_committed(idempotency::stats::forgets);
     PG_RETURN_BOOL(forgotten);
 }

@@ -282,7 +282,7 @@ IDEMPOTENCY_FUNCTION(idempotency_expire)
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                         errmsg("relation \"idempotency.keys\" does not exist"),
                         errhint("Run CREATE EXTENSION idempotency in this database.")));
-    idempotency::stats::add(idempotency::stats::keys_expired, uint64(deleted));
+    idempotency::stats::add_if_committed(idempotency::stats::keys_expired, uint64(deleted));
     PG_RETURN_INT64(deleted);
 }
 

@@ -5,12 +5,14 @@
 
 extern "C"
 {
+#include "access/xact.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
+#include "utils/memutils.h"
 }
 
 namespace idempotency::stats
@@ -59,6 +61,95 @@ void add(Counter counter, uint64 amount)
 {
     if (shared)
         pg_atomic_fetch_add_u64(&shared->counters[counter], amount);
+}
+
+// The counts of writes not committed yet: a frame per open subtransaction
+// level that wrote, innermost last.  A subtransaction's commit folds its
+// frames into its parent's, its rollback drops them, so there are never more
+// frames than nesting levels; the transaction's end empties the stack (its
+// commit adding the counts first).  In TopMemoryContext, reused.
+struct Frame
+{
+    SubTransactionId subxact;
+    uint64 amounts[counter_count];
+};
+static Frame *frames = nullptr;
+static int frame_count = 0;
+static int frame_capacity = 0;
+
+static Frame &push_frame(SubTransactionId subxact)
+{
+    if (frame_count == frame_capacity)
+    {
+        int capacity = Max(4, frame_capacity * 2);
+        size_t bytes = size_t(capacity) * sizeof(Frame);
+        frames =
+            static_cast<Frame *>(frames == nullptr ? MemoryContextAlloc(TopMemoryContext, bytes)
+                                                   : repalloc(frames, bytes));
+        frame_capacity = capacity;
+    }
+    Frame &frame = frames[frame_count++];
+    frame.subxact = subxact;
+    memset(frame.amounts, 0, sizeof(frame.amounts));
+    return frame;
+}
+
+static void on_transaction_event(XactEvent event, void *)
+{
+    if (frame_count == 0)
+        return;
+    if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PREPARE)
+        for (int f = 0; f < frame_count; f++)
+            for (int i = 0; i < counter_count; i++)
+                if (frames[f].amounts[i] != 0)
+                    add(Counter(i), frames[f].amounts[i]);
+    if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PREPARE || event == XACT_EVENT_ABORT)
+        frame_count = 0;
+}
+
+static void on_subtransaction_event(SubXactEvent event, SubTransactionId subxact,
+                                    SubTransactionId parent, void *)
+{
+    if (frame_count == 0 || frames[frame_count - 1].subxact < subxact)
+        return;
+    if (event == SUBXACT_EVENT_ABORT_SUB)
+    {
+        while (frame_count > 0 && frames[frame_count - 1].subxact >= subxact)
+            frame_count--;
+    }
+    else if (event == SUBXACT_EVENT_COMMIT_SUB)
+    {
+        uint64 amounts[counter_count] = {};
+        while (frame_count > 0 && frames[frame_count - 1].subxact >= subxact)
+        {
+            frame_count--;
+            for (int i = 0; i < counter_count; i++)
+                amounts[i] += frames[frame_count].amounts[i];
+        }
+        Frame &into = frame_count > 0 && frames[frame_count - 1].subxact == parent
+                          ? frames[frame_count - 1]
+                          : push_frame(parent);
+        for (int i = 0; i < counter_count; i++)
+            into.amounts[i] += amounts[i];
+    }
+}
+
+void add_if_committed(Counter counter, uint64 amount)
+{
+    if (!shared)
+        return;
+    static bool callbacks_registered = false;
+    if (!callbacks_registered)
+    {
+        RegisterXactCallback(on_transaction_event, nullptr);
+        RegisterSubXactCallback(on_subtransaction_event, nullptr);
+        callbacks_registered = true;
+    }
+    SubTransactionId subxact = GetCurrentSubTransactionId();
+    Frame &frame = frame_count > 0 && frames[frame_count - 1].subxact == subxact
+                       ? frames[frame_count - 1]
+                       : push_frame(subxact);
+    frame.amounts[counter] += amount;
 }
 
 Snapshot read()

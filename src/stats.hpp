@@ -39,7 +39,12 @@ void reserve_shared_memory();
 void attach_shared_memory();
 // False when the library was not preloaded: counting is then a no-op.
 bool available();
+// Counts what happened whatever becomes of the transaction: answers, waits.
 void add(Counter counter, uint64 amount = 1);
+// Counts a write when, and only if, it commits: kept per subtransaction
+// until then, dropped with a rollback (of the transaction or a savepoint).
+// A prepared transaction's writes count at PREPARE TRANSACTION.
+void add_if_committed(Counter counter, uint64 amount = 1);
 
 struct Snapshot
 {

@@ -212,17 +212,18 @@ static void launcher_loop()
     }
 }
 
-// One batch in its own transaction: no snapshot or xid survives it.
+// One batch in its own transaction: no snapshot or xid survives it.  -1 when
+// the database has no extension to sweep.
 static int64 sweep_batch(TimestampTz now)
 {
-    int64 deleted = 0;
+    int64 deleted = -1;
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
     PushActiveSnapshot(GetTransactionSnapshot());
     pgstat_report_activity(STATE_RUNNING, "expiring idempotency keys");
     // Invisible until CREATE EXTENSION commits, so never mid-creation.
     // With Citus, the shards placed on this node too (store::expire_here).
-    if (!OidIsValid(get_extension_oid("idempotency", true)) ||
+    if (OidIsValid(get_extension_oid("idempotency", true)) &&
         !store::expire_here(now, settings::expire_batch_size, true, &deleted))
         deleted = 0;
     PopActiveSnapshot();
@@ -241,13 +242,21 @@ static void record_error()
 static void sweep_until_done()
 {
     TimestampTz started = GetCurrentTimestamp();
-    uint64 expired = 0;
+    volatile uint64 expired = 0; // read after a longjmp: volatile
+    volatile bool swept = true;
     PG_TRY();
     {
         for (;;)
         {
             TimestampTz now = GetCurrentTimestamp();
             int64 deleted = sweep_batch(now);
+            // A database without the extension has had no sweep (and no
+            // return out of PG_TRY: it would leave its handler installed).
+            if (deleted < 0)
+            {
+                swept = false;
+                break;
+            }
             expired += deleted;
             if (deleted < settings::expire_batch_size || now - started > sweeper_budget_us)
                 break;
@@ -263,7 +272,8 @@ static void sweep_until_done()
         PG_RE_THROW();
     }
     PG_END_TRY();
-    stats::record_sweep(started, GetCurrentTimestamp(), expired);
+    if (swept)
+        stats::record_sweep(started, GetCurrentTimestamp(), expired);
 }
 
 // The summary in a transaction of its own, skipped when it is recent, when

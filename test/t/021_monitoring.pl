@@ -66,6 +66,9 @@ for my $q (@queries)
 		  && @{ $q->{metrics} }
 		  && !grep({ ($_->[1] // '') !~ /^(LABEL|COUNTER|GAUGE)$/ } @{ $q->{metrics} }),
 		"$q->{namespace}: a query and metrics with a usage each");
+	# Prometheus's naming: a counter ends in _total, nothing else does.
+	my @misnamed = grep { ($_->[1] eq 'COUNTER') != ($_->[0] =~ /_total$/) } @{ $q->{metrics} };
+	is(join(' ', map { $_->[0] } @misnamed), '', "$q->{namespace}: counters, and only they, end in _total");
 }
 
 # ---------------------------------------------------------------------------
@@ -278,4 +281,59 @@ my @errors = grep { /FATAL|ERROR/ } split /\n/, slurp_file($node->logfile, $log_
 is(join("\n", @errors), '', 'no worker error, in the 0.1.0 database either');
 
 $node->stop;
+
+# ---------------------------------------------------------------------------
+# What the counters count: a write when it commits, and a sweep of a database
+# that has the extension.  The worker of this node sweeps once at start and
+# then only when a reload wakes it.
+# ---------------------------------------------------------------------------
+my $counting = new_node('counting', conf => [ "idempotency.expire_interval = '1h'" ]);
+$counting->safe_psql('postgres', 'CREATE EXTENSION idempotency');
+$counting->safe_psql('postgres', "CREATE DATABASE plain$_") for 1 .. 3;
+sub counted
+{
+	my ($column) = @_;
+	return $counting->safe_psql('postgres', "SELECT $column FROM idempotency_stats()");
+}
+
+my $completes = counted('completes');
+$counting->safe_psql('postgres', q{
+	BEGIN;
+	SELECT outcome FROM idempotency_begin('count', 'rolled-back', request_hash('r'::text));
+	SELECT idempotency_complete('count', 'rolled-back', 200);
+	ROLLBACK;
+	BEGIN;
+	SELECT outcome FROM idempotency_begin('count', 'savepoint', request_hash('r'::text));
+	SAVEPOINT s;
+	SELECT idempotency_complete('count', 'savepoint', 200);
+	ROLLBACK TO SAVEPOINT s;
+	SELECT idempotency_complete('count', 'savepoint', 201);
+	COMMIT;
+	BEGIN;
+	SELECT outcome FROM idempotency_begin('count', 'nested', request_hash('r'::text));
+	SAVEPOINT a;
+	SAVEPOINT b;
+	SELECT idempotency_complete('count', 'nested', 200);
+	RELEASE SAVEPOINT b;
+	RELEASE SAVEPOINT a;
+	COMMIT});
+is(counted('completes') - $completes,
+	2, 'completions count once committed: not when rolled back, nor rolled back to a savepoint');
+
+# The launcher waits (wait event Extension) between rounds, with no sweeper.
+my $between_rounds = q{SELECT count(*) = 1 FROM pg_stat_activity
+	WHERE backend_type = 'idempotency launcher' AND wait_event = 'Extension'
+	  AND NOT EXISTS (SELECT FROM pg_stat_activity WHERE backend_type = 'idempotency sweeper')};
+$counting->poll_query_until('postgres', $between_rounds)
+  or die 'the launcher never rested';
+my $sweeps = counted('sweeps');
+$counting->safe_psql('postgres', 'SELECT pg_reload_conf()');
+$counting->poll_query_until('postgres',
+	"SELECT sweeps > $sweeps FROM idempotency_stats()")
+  or die 'the reload did not start a round';
+$counting->poll_query_until('postgres', $between_rounds)
+  or die 'the round did not end';
+is(counted('sweeps') - $sweeps, 1,
+	'a round over four databases counts one sweep: the one database with the extension');
+$counting->stop;
 done_testing();

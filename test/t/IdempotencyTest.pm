@@ -270,8 +270,11 @@ sub wait_for_lease_end
 sub wait_for_sweeps
 {
 	my ($node, $db, $rounds) = @_;
-	my $databases = $node->safe_psql($db,
-		'SELECT count(*) FROM pg_database WHERE NOT datistemplate AND datallowconn');
+	# A round sweeps (and counts) each database that has the extension.
+	my $databases = grep {
+		$node->safe_psql($_, q{SELECT count(*) FROM pg_extension WHERE extname = 'idempotency'})
+	} split /\n/,
+	  $node->safe_psql($db, 'SELECT datname FROM pg_database WHERE NOT datistemplate AND datallowconn');
 	my $target =
 	  $node->safe_psql($db, 'SELECT sweeps FROM idempotency_stats()') + $rounds * $databases;
 	$node->poll_query_until($db, "SELECT sweeps >= $target FROM idempotency_stats()")
