@@ -12,6 +12,23 @@ ALTER FUNCTION @extschema@.idempotency_keys(text, text, integer) VOLATILE PARALL
 ALTER FUNCTION @extschema@.idempotency_lookup(text, text, boolean) PARALLEL RESTRICTED;
 
 -- ---------------------------------------------------------------------------
+-- Request hashes of what JDBC sends (varchar)
+-- ---------------------------------------------------------------------------
+
+-- JDBC's setString sends varchar.  Without an exact match, request_hash(x)
+-- of a varchar would be read as the cast x::request_hash and parse the body
+-- as a digest (22P02); varchar is hashed as the text it is.
+CREATE FUNCTION @extschema@.request_hash(character varying) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_from_text' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash(character varying) IS 'request_hash(text) of a varchar';
+-- A JSON body that a driver sends as text or varchar (JDBC's setString),
+-- hashed by its value as request_hash_jsonb(jsonb) hashes it.
+CREATE FUNCTION @extschema@.request_hash_jsonb(text) RETURNS @extschema@.request_hash
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$ SELECT @extschema@.request_hash_jsonb($1::pg_catalog.jsonb) $$;
+COMMENT ON FUNCTION @extschema@.request_hash_jsonb(text) IS 'request_hash_jsonb of a JSON document sent as text';
+
+-- ---------------------------------------------------------------------------
 -- retry_after in whole seconds, as HTTP's Retry-After takes it
 -- ---------------------------------------------------------------------------
 

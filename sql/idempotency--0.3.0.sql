@@ -46,6 +46,12 @@ CREATE FUNCTION @extschema@.request_hash(VARIADIC text[]) RETURNS @extschema@.re
     AS 'MODULE_PATHNAME', 'request_hash_from_parts' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.request_hash(VARIADIC text[]) IS
     'SHA-256 of length-prefixed parts (e.g. method, path, body); NULL parts differ from empty ones';
+-- JDBC's setString sends varchar.  Without an exact match, request_hash(x)
+-- of a varchar would be read as the cast x::request_hash and parse the body
+-- as a digest (22P02); varchar is hashed as the text it is.
+CREATE FUNCTION @extschema@.request_hash(character varying) RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_from_text' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash(character varying) IS 'request_hash(text) of a varchar';
 -- An argument whose type nobody gave (a driver's untyped parameter, a bare
 -- literal) would otherwise resolve to request_hash(text) and hash a JSON body
 -- by its spelling.  This one takes 64 hex digits as a digest, as the literal
@@ -59,6 +65,12 @@ COMMENT ON FUNCTION @extschema@.request_hash(unknown) IS
 CREATE FUNCTION @extschema@.request_hash_jsonb(jsonb) RETURNS @extschema@.request_hash
     AS 'MODULE_PATHNAME', 'request_hash_from_jsonb' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.request_hash_jsonb(jsonb) IS 'request_hash(jsonb) under a name of its own';
+-- A JSON body that a driver sends as text or varchar (JDBC's setString),
+-- hashed by its value as request_hash_jsonb(jsonb) hashes it.
+CREATE FUNCTION @extschema@.request_hash_jsonb(text) RETURNS @extschema@.request_hash
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$ SELECT @extschema@.request_hash_jsonb($1::pg_catalog.jsonb) $$;
+COMMENT ON FUNCTION @extschema@.request_hash_jsonb(text) IS 'request_hash_jsonb of a JSON document sent as text';
 CREATE FUNCTION @extschema@.request_hash_text(text) RETURNS @extschema@.request_hash
     AS 'MODULE_PATHNAME', 'request_hash_from_text' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.request_hash_text(text) IS 'request_hash(text) under a name of its own';

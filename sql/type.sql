@@ -50,6 +50,13 @@ SELECT request_hash_jsonb('{"a": 1, "b": 2}') = request_hash('{"a": 1, "b": 2}':
        request_hash_bytea('\x616263') = request_hash('\x616263'::bytea) AS bytea_alike,
        request_hash_parts('POST', '/orders') = request_hash('POST', '/orders') AS parts_alike;
 DEALLOCATE by_name;
+-- What JDBC's setString sends is varchar: hashed as the text it is (never
+-- read as a digest), and as a JSON document by its value.
+PREPARE from_jdbc(varchar) AS
+    SELECT request_hash($1) = request_hash('{"a": 1}'::text) AS varchar_as_text,
+           request_hash_jsonb($1) = request_hash('{ "a" : 1.0 }'::jsonb) AS json_by_value;
+EXECUTE from_jdbc('{"a": 1}');
+DEALLOCATE from_jdbc;
 
 CREATE FUNCTION pg_temp.input_sqlstate(input text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN

@@ -1,0 +1,49 @@
+# The SQL surface through pgjdbc with its default settings
+# (test/drivers/JdbcDefaults.java): setString's varchar taken by
+# request_hash(?) and request_hash_jsonb(?), jsonb arguments cast from it,
+# statements prepared on the server after prepareThreshold uses, replays,
+# retry_after_seconds as an int.  Needs javac and pgjdbc (Debian:
+# default-jdk-headless, libpostgresql-jdbc-java, which test/run installs);
+# skips, saying so, without.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $jar = '/usr/share/java/postgresql.jar';
+my ($javac_found) = grep { -x "$_/javac" } split /:/, $ENV{PATH};
+plan skip_all => "javac and $jar are needed (Debian: default-jdk-headless, libpostgresql-jdbc-java)"
+  unless $javac_found && -r $jar;
+
+# pgjdbc speaks TCP only.
+my $node = new_node('jdbc', conf => [ "listen_addresses = '127.0.0.1'" ]);
+$node->append_conf('pg_hba.conf', 'host all all 127.0.0.1/32 trust');
+$node->reload;
+$node->safe_psql('postgres', 'CREATE EXTENSION idempotency');
+
+my $classes = PostgreSQL::Test::Utils::tempdir();
+my $compiled;
+ok(IPC::Run::run([ 'javac', '-d', $classes, 'test/drivers/JdbcDefaults.java' ], '>&', \$compiled),
+	'the JDBC check compiles')
+  or diag $compiled;
+
+my $user = $node->safe_psql('postgres', 'SELECT current_user');
+my $url = sprintf('jdbc:postgresql://127.0.0.1:%d/postgres?user=%s', $node->port, $user);
+my ($out, $err) = ('', '');
+IPC::Run::run([ 'java', '-cp', "$jar:$classes", 'JdbcDefaults', $url ], '>', \$out, '2>', \$err);
+my @lines = split /\n/, $out;
+my ($planned) = map { /^1\.\.(\d+)$/ ? $1 : () } @lines;
+is($planned, 5, 'the JDBC check ran to its end') or diag $err;
+for my $line (grep { /^(not )?ok \d+ - / } @lines)
+{
+	my ($not, $what) = $line =~ /^(not )?ok \d+ - (.*)$/;
+	ok(!$not, $what);
+}
+
+$node->stop;
+done_testing();
