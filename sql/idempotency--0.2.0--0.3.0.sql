@@ -56,7 +56,7 @@ ALTER TYPE @extschema@.idempotency_begin_result ADD ATTRIBUTE retry_after_second
 -- which a session gets it); a tenant is any role an isolated login role can
 -- SET ROLE to (itself included; a superuser, any role).  A database that
 -- went to 0.2.0 earlier has keys of its own since, which cannot be told from
--- such leftovers: it gets a WARNING, and the README's "Upgrading" section
+-- such leftovers: it gets a WARNING, and doc/install.md's "Upgrading" section
 -- shows how to move them.
 DO $$
 DECLARE
@@ -129,7 +129,7 @@ BEGIN
         IF prefixed OPERATOR(pg_catalog.>) 0 THEN
             RAISE WARNING '% keys without a tenant have a scope that starts with the OID of an isolated tenant', prefixed
                 USING DETAIL = 'They may be keys that a tenant isolated through a gateway role wrote under 0.1.0, which the update to 0.2.0 left outside the tenant column: the tenant''s retries do not find them, and roles without isolation can read them.',
-                      HINT = 'See "Upgrading" in the README for how to move them.';
+                      HINT = 'See "Upgrading" in doc/install.md for how to move them.';
         END IF;
     END IF;
 END

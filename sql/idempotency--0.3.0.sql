@@ -431,7 +431,7 @@ GRANT EXECUTE ON FUNCTION @extschema@.idempotency_scope_stats() TO pg_monitor;
 REVOKE ALL ON FUNCTION @extschema@.idempotency_scope_stats_refresh() FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
--- Citus: the keys co-located with the business tables (README, "Citus").
+-- Citus: the keys co-located with the business tables (doc/citus.md).
 -- The same definition is in the 0.1.0--0.2.0 upgrade.  Citus's functions and catalogs are named only inside the body,
 -- which PL/pgSQL plans when it runs: the extension does not need Citus.
 -- ---------------------------------------------------------------------------
@@ -535,7 +535,7 @@ DO $$
 BEGIN
     IF NOT (SELECT s.preloaded FROM idempotency_stats() AS s) THEN
         RAISE WARNING 'idempotency is not in shared_preload_libraries: keys will not expire by themselves and idempotency_stats() counts nothing'
-            USING HINT = 'Add idempotency to shared_preload_libraries and restart, or schedule SELECT idempotency_expire(); see the README, "Expiry".';
+            USING HINT = 'Add idempotency to shared_preload_libraries and restart, or schedule SELECT idempotency_expire(); see doc/operations.md, "Expiry".';
     END IF;
 END
 $$;

@@ -1,6 +1,6 @@
 -- EXECUTE on the idempotency_* functions is not granted to PUBLIC, and the
--- storage is not readable or writable by PUBLIC.  The README's GRANTs let an
--- application role use every function.
+-- storage is not readable or writable by PUBLIC.  The GRANTs of
+-- doc/reference.md let an application role use every function.
 -- (Quietly: without shared_preload_libraries it warns; t/001_preload.pl tests that.)
 SET client_min_messages = error;
 CREATE EXTENSION idempotency;
@@ -13,8 +13,9 @@ SELECT outcome FROM idempotency_begin('tenant-a', 'k', request_hash('r'::text));
 SELECT idempotency_complete('tenant-a', 'k', 200, '{"private": true}');
 COMMIT;
 
--- The grants from the README: by name, so that they hold whatever the
--- argument lists of a version.
+-- The grants of doc/reference.md (test/t/050 checks that they are this
+-- statement), by name, so that they hold whatever the argument lists of a
+-- version.
 GRANT EXECUTE ON FUNCTION
     idempotency_begin, idempotency_complete, idempotency_checkpoint, idempotency_release,
     idempotency_lookup, idempotency_forget, idempotency_keys

@@ -41,7 +41,7 @@ using idempotency::store::Writer;
 namespace store = idempotency::store;
 namespace settings = idempotency::settings;
 
-// Extension-owned SQLSTATEs (class IK), documented in the README.
+// Extension-owned SQLSTATEs (class IK), documented in doc/reference.md, "Errors".
 const int errcode_key_not_claimed = MAKE_SQLSTATE('I', 'K', '0', '0', '1');
 const int errcode_key_completed = MAKE_SQLSTATE('I', 'K', '0', '0', '2');
 const int errcode_stale_attempt = MAKE_SQLSTATE('I', 'K', '0', '0', '3');

@@ -24,7 +24,7 @@ namespace idempotency
 {
 
 // SQLSTATE of any other C++ exception: an internal error, but one the
-// boundary caught (documented in the README).
+// boundary caught (documented in doc/reference.md, "Errors").
 const int errcode_cxx_exception = MAKE_SQLSTATE('I', 'K', '0', '0', '0');
 
 // What a catch handler may keep: plain data, no allocation.

@@ -36,7 +36,7 @@ extern "C"
 namespace idempotency::citus
 {
 
-// Extension-owned SQLSTATE, documented with the others in the README: the
+// Extension-owned SQLSTATE, documented with the others in doc/reference.md: the
 // keys of the scope are in a shard placed on another node.  Retryable.
 const int errcode_not_routed = MAKE_SQLSTATE('I', 'K', '0', '0', '5');
 

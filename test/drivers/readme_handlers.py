@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""The README's Python handlers, run as an application runs them.
+"""The Python handlers of doc/handlers.md, run as an application runs them.
 
-Usage: readme_handlers.py README.md DSN MODE [SCENARIO ...]
+Usage: readme_handlers.py doc/handlers.md DSN MODE [SCENARIO ...]
 
-Takes the code blocks of README.md marked "<!-- tested: handler.py -->" and
+Takes the code blocks of doc/handlers.md marked "<!-- tested: handler.py -->" and
 "<!-- tested: pay.py -->", and drives them against the server at DSN (directly
 or through a connection pooler), as the role the DSN names:
 
@@ -11,7 +11,7 @@ or through a connection pooler), as the role the DSN names:
                       prepared statements for a query run 5 times on a connection
   psycopg-unprepared  psycopg 3 with prepare_threshold=None: no named statements
   psycopg2            psycopg2: parameters bound on the client, no prepared
-                      statements; the handler's twin, with the README's SQL
+                      statements; the handler's twin, with the document's SQL
 
 Prints one TAP line per check ("ok - ..." or "not ok - ...: detail"); test/t/
 050_readme_and_drivers.pl passes them on.  Exit status 0 unless the script
@@ -38,7 +38,7 @@ def report(ok, name, detail=""):
 
 
 class Psycopg3:
-    """The README's handlers as written, on psycopg 3."""
+    """The documented handlers as written, on psycopg 3."""
 
     def __init__(self, readme, dsn, prepare):
         import psycopg
@@ -71,7 +71,7 @@ class Psycopg3:
 
 
 class Psycopg2:
-    """The same handler on psycopg2, with the README's SQL statements."""
+    """The same handler on psycopg2, with the documented SQL statements."""
 
     def __init__(self, readme, dsn):
         import psycopg2

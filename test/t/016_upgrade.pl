@@ -225,7 +225,7 @@ is( as_app('upgraded_copy',
 
 # ---------------------------------------------------------------------------
 # A dump taken under 0.1.0, restored where 0.2.0 is installed: create the
-# extension at 0.1.0, restore into it, then update (README, "Upgrading").
+# extension at 0.1.0, restore into it, then update (doc/install.md, "Upgrading").
 # ---------------------------------------------------------------------------
 query('postgres', 'CREATE DATABASE restored');
 query('restored', q{CREATE EXTENSION idempotency VERSION '0.1.0'});

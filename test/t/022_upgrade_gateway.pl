@@ -5,7 +5,7 @@
 # them to the tenant column with the rest: every key, in every state, answers
 # the tenant as before, and a role without isolation no longer reaches it by
 # typing the prefixed scope.  A database that went to 0.2.0 before this was
-# fixed gets a WARNING on its update to 0.3.0, and the README's migration
+# fixed gets a WARNING on its update to 0.3.0, and the documented migration
 # moves the keys it left behind.
 use strict;
 use warnings;
@@ -111,7 +111,7 @@ is(as_app('chained', qq{SELECT count(*) FROM idempotency_lookup('$tenant/shop', 
 
 # ---------------------------------------------------------------------------
 # Through 0.2.0 first, as before this fix: the keys stay behind, the update
-# to 0.3.0 warns, and the README's migration moves them
+# to 0.3.0 warns, and the documented migration moves them
 # ---------------------------------------------------------------------------
 query('stepwise', q{ALTER EXTENSION idempotency UPDATE TO '0.2.0'});
 is(query('stepwise', q{SELECT count(*) FROM idempotency.keys WHERE tenant = 0 AND scope LIKE '%/%'}),
@@ -121,9 +121,9 @@ is($ret, 0, 'stepwise: the update to the current version succeeds');
 like($stderr, qr/WARNING:  5 keys without a tenant have a scope that starts with the OID of an isolated tenant/,
 	'stepwise: and warns about the keys left behind');
 
-# The migration in the README's "Upgrading" section, as written there.
-my ($migration) = slurp_file('README.md') =~ /<!-- gateway-migration -->\n```sql\n(.*?)```/s;
-ok(defined $migration, 'the README has the migration');
+# The migration in doc/install.md's "Upgrading" section, as written there.
+my ($migration) = slurp_file('doc/install.md') =~ /<!-- gateway-migration -->\n```sql\n(.*?)```/s;
+ok(defined $migration, 'doc/install.md has the migration');
 query('stepwise', $migration =~ s/\btenant_a\b/tenant_g/gr);
 is(query('stepwise', q{SELECT string_agg(tenant || ' ' || scope || '/' || key, ', ' ORDER BY scope, key) FROM idempotency.keys}),
 	'tenant_g pay/held, tenant_g pay/released, tenant_g shop/done, tenant_g shop/flaky, tenant_g shop/other',

@@ -1,17 +1,22 @@
-# The README's examples, run exactly as written, by the role they are written
-# for, through real drivers and through a connection pooler:
+# The documentation's examples, run exactly as written, by the role they are
+# written for, through real drivers and through a connection pooler:
+#  * every SQL block of README.md and doc/*.md carries a marker: "tested: NAME"
+#    (run here, or by the test named in %tested_elsewhere), "synopsis" (a
+#    function's signature, compared with the installed function) or
+#    "gateway-migration" (test/t/022);
 #  * the ten-line introduction as a superuser, in a database of its own;
-#  * the setup block as a superuser, then the SQL and PL/pgSQL handlers as the
-#    application role, which has nothing but the README's grants;
-#  * the Python handlers (test/drivers/readme_handlers.py) with psycopg 3 --
+#  * the setup block of doc/handlers.md as a superuser, then its SQL and
+#    PL/pgSQL handlers as the application role, which has nothing but the
+#    documented grants;
+#  * its Python handlers (test/drivers/readme_handlers.py) with psycopg 3 --
 #    its defaults, which prepare named statements, and prepare_threshold=None
 #    -- and psycopg2, which binds on the client: new requests, byte-exact
 #    replays, 50 simultaneous duplicates writing one order, an untyped
 #    request_hash() refused, a forgotten BEGIN refused, a bad key;
-#  * the same through PgBouncer in transaction mode, the README's settings for
-#    the PgBouncer version at hand: named prepared statements work from 1.21
-#    with max_prepared_statements; before that they fail with 26000, as the
-#    README says, and the unprepared settings work.
+#  * the same through PgBouncer in transaction mode, with the documented
+#    settings for the PgBouncer version at hand: named prepared statements work
+#    from 1.21 with max_prepared_statements; before that they fail with 26000,
+#    as the reference says, and the unprepared settings work.
 # Needs python3 with psycopg (3) and psycopg2, and pgbouncer (Debian:
 # python3-psycopg, python3-psycopg2, pgbouncer); skips, saying so, without.
 use strict;
@@ -24,9 +29,37 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $readme = 'README.md';
-my %blocks = slurp_file($readme) =~ /<!-- tested: (\S+) -->\n```\w*\n(.*?)\n```/gs;
-ok(scalar(keys %blocks) >= 8, 'the README has its tested examples') or diag(join ', ', keys %blocks);
+my @documents = ('README.md', sort glob('doc/*.md'));
+my $handlers_doc = 'doc/handlers.md';
+
+# Every SQL block, with the marker on the line above it.
+my (%blocks, @synopses, @unmarked);
+for my $document (@documents)
+{
+	my $text = slurp_file($document);
+	while ($text =~ /(?:^|\n)(?:<!-- (tested: (\S+)|synopsis|gateway-migration) -->\n)?```sql\n(.*?)\n```/gs)
+	{
+		my ($marker, $name, $code) = ($1, $2, $3);
+		if (!defined $marker) { push @unmarked, "$document: " . (split /\n/, $code)[0]; }
+		elsif (defined $name)
+		{
+			# A name used twice (the same step in two documents) must be the
+			# same code, or one copy would go untested.
+			ok($blocks{$name} eq $code, "$name reads the same in every document")
+			  if exists $blocks{$name};
+			$blocks{$name} = $code;
+		}
+		elsif ($marker eq 'synopsis') { push @synopses, $code; }
+	}
+}
+is(join("\n", @unmarked), '', 'every SQL block in the documentation is run or checked');
+my %tested_elsewhere = ('citus_handler.sql' => 'test/t/060_citus.pl');
+my @run_here = qw(intro.sql create_extension.sql setup.sql orders.sql handler.sql replay.sql
+  place_order.sql grants.sql tenant_roles.sql cron.sql);
+is(join(' ', sort grep { !$tested_elsewhere{$_} } keys %blocks),
+	join(' ', sort @run_here), 'every tested block has its test');
+ok(slurp_file($tested_elsewhere{$_}) =~ /tested: \Q$_\E/, "$_ is run by $tested_elsewhere{$_}")
+  for sort keys %tested_elsewhere;
 
 my $node = new_node('readme');
 
@@ -63,6 +96,78 @@ is($stdout, 'claimed', 'place_order.sql creates the function and claims, as its 
 is($node->safe_psql('postgres', 'SELECT string_agg(item || qty, \' \' ORDER BY id) FROM orders'),
 	'book1 pen2', 'each handler wrote its order once');
 
+# The installation step, in a database of its own.
+$node->safe_psql('postgres', 'CREATE DATABASE installed');
+$node->safe_psql('installed', $blocks{'create_extension.sql'});
+is($node->safe_psql('installed', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
+	$node->safe_psql('installed', q{SELECT default_version FROM pg_available_extensions WHERE name = 'idempotency'}),
+	'create_extension.sql installs the default version');
+
+# Each synopsis against the installed function: arguments with their names,
+# types and defaults, the result, and for a composite result the attributes
+# its comment lists.
+sub normalized
+{
+	my ($text) = @_;
+	$text =~ s/--[^\n]*//g if $text !~ /^--/;
+	$text =~ s/::[a-z ]+(?=[,)]|$)//g;    # DEFAULT NULL::interval
+	$text =~ s/\s+/ /g;
+	$text =~ s/timestamp with time zone/timestamptz/g;
+	$text =~ s/ ?([(),]) ?/$1/g;
+	$text =~ s/^ | $//g;
+	return $text;
+}
+ok(@synopses >= 8, 'the reference has a synopsis per API function');
+for my $synopsis (@synopses)
+{
+	my ($name) = $synopsis =~ /^(\w+)\(/;
+	my ($attributes) = $synopsis =~ /-- \w+: \((.*)\)\s*\z/s;
+	(my $signature = $synopsis) =~ s/\n--.*//s;
+	my $installed = $node->safe_psql('installed',
+		qq{SELECT proname || '(' || pg_get_function_arguments(oid) || ') RETURNS '
+		          || pg_get_function_result(oid)
+		     FROM pg_proc WHERE proname = '$name'});
+	is(normalized($signature), normalized($installed), "synopsis of $name matches the installed function");
+	next unless defined $attributes;
+	my ($type) = $installed =~ /RETURNS (?:SETOF )?(\w+)$/;
+	$attributes =~ s/\n--/ /g;
+	is(normalized($attributes),
+		normalized($node->safe_psql('installed',
+			qq{SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attnum)
+			     FROM pg_attribute
+			    WHERE attrelid = '$type'::regclass AND attnum > 0 AND NOT attisdropped})),
+		"synopsis of $name lists the attributes of $type");
+}
+
+# The grants: the statement sql/privileges.sql tests, for the role "app".
+(my $tested_grants = slurp_file('sql/privileges.sql')) =~ s/regress_idem_app/app/g;
+ok(index(normalized($tested_grants), normalized($blocks{'grants.sql'})) >= 0,
+	'grants.sql is the statement sql/privileges.sql runs');
+# (The role "app" is the one setup.sql created: roles belong to the cluster.)
+($ret, $stdout, $stderr) = $node->psql('installed', $blocks{'grants.sql'});
+is($ret, 0, 'grants.sql runs') or diag($stderr);
+
+# Tenant isolation for two login roles.
+$node->safe_psql('installed', 'CREATE ROLE tenant_a LOGIN; CREATE ROLE tenant_b LOGIN');
+$node->safe_psql('installed', $blocks{'tenant_roles.sql'});
+is($node->safe_psql('installed',
+		q{SELECT string_agg(r.rolname || ' ' || array_to_string(s.setconfig, ','), '; ' ORDER BY r.rolname)
+		    FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole}),
+	'tenant_a idempotency.tenant_isolation=role; tenant_b idempotency.tenant_isolation=role',
+	'tenant_roles.sql isolates both roles');
+
+# The pg_cron schedule, against a stand-in for cron.schedule that keeps the
+# command; the command itself must then run.
+$node->safe_psql('installed', q{
+	CREATE SCHEMA cron;
+	CREATE TABLE cron.job (name text, schedule text, command text);
+	CREATE FUNCTION cron.schedule(name text, schedule text, command text) RETURNS bigint
+	    LANGUAGE sql AS $$ INSERT INTO cron.job VALUES (name, schedule, command); SELECT 1::bigint $$});
+$node->safe_psql('installed', $blocks{'cron.sql'});
+my $command = $node->safe_psql('installed', 'SELECT command FROM cron.job');
+($ret, $stdout, $stderr) = $node->psql('installed', $command);
+is($ret, 0, "cron.sql schedules a command that runs: $command") or diag($stderr);
+
 # ---------------------------------------------------------------------------
 # Python drivers
 # ---------------------------------------------------------------------------
@@ -77,7 +182,7 @@ SKIP:
 	{
 		my ($label, $dsn, $mode, @scenarios) = @_;
 		my ($out, $err) = ('', '');
-		IPC::Run::run([ $python, 'test/drivers/readme_handlers.py', $readme, $dsn, $mode, @scenarios ],
+		IPC::Run::run([ $python, 'test/drivers/readme_handlers.py', $handlers_doc, $dsn, $mode, @scenarios ],
 			'>', \$out, '2>', \$err);
 		my @lines = grep { /^(not )?ok - / } split /\n/, $out;
 		ok(@lines > 0, "$label: the handlers ran") or diag($err);
@@ -145,13 +250,13 @@ pidfile = %s/pgbouncer.pid
 	else
 	{
 		# Named statements prepared on one server connection are missing on the
-		# next: the README says to turn them off before PgBouncer 1.21.
+		# next: the reference says to turn them off before PgBouncer 1.21.
 		my ($out, $err) = ('', '');
 		IPC::Run::run(
-			[ $python, 'test/drivers/readme_handlers.py', $readme, $pooled, 'psycopg', 'prepared_concurrently' ],
+			[ $python, 'test/drivers/readme_handlers.py', $handlers_doc, $pooled, 'psycopg', 'prepared_concurrently' ],
 			'>', \$out, '2>', \$err);
 		like($out, qr/^not ok - .*prepared statement "_pg3_\d+" (?:does not exist|already exists)/m,
-			"PgBouncer $version, psycopg 3 defaults: named prepared statements fail, as the README says");
+			"PgBouncer $version, psycopg 3 defaults: named prepared statements fail, as the reference says");
 	}
 	$bouncer->kill_kill;
 }

@@ -206,28 +206,16 @@ sub retry_once
 	retry_once('post_commit', 'ten1', 'local-post', 'replay');
 }
 
-# The one-round-trip handler: one delegated call runs the whole request on
-# the node of the tenant's shard.  Distributed before the keys are: a call
-# then runs on a worker, whose own idempotency.keys must not be used -- a key
-# completed through the coordinator would be claimed again there.
-query(
-	q{CREATE FUNCTION place_order(p_tenant text, p_key text, p_item text)
-	      RETURNS idempotency_begin_result LANGUAGE plpgsql AS $$
-	  DECLARE
-	      answer idempotency_begin_result;
-	  BEGIN
-	      answer := idempotency_begin(p_tenant, p_key, request_hash(p_item));
-	      IF answer.outcome <> 'claimed' THEN
-	          RETURN answer;
-	      END IF;
-	      INSERT INTO orders (tenant, idem_key, item) VALUES (p_tenant, p_key, p_item);
-	      PERFORM idempotency_complete(p_tenant, p_key, 201,
-	                                   jsonb_build_object('item', p_item));
-	      RETURN answer;
-	  END
-	  $$;
-	  SELECT create_distributed_function('place_order(text, text, text)', 'p_tenant',
-	                                     colocate_with => 'orders')});
+# The one-round-trip handler of doc/citus.md (tested: citus_handler.sql): one
+# delegated call runs the whole request on the node of the tenant's shard.
+# Its function is created here, before the keys are distributed: a call then
+# runs on a worker, whose own idempotency.keys must not be used -- a key
+# completed through the coordinator would be claimed again there.  Its example
+# call runs once the keys are distributed, below.
+my ($citus_handler) = slurp_file('doc/citus.md') =~ /<!-- tested: citus_handler.sql -->\n```sql\n(.*?)```/s;
+my ($create_handler, $documented_call) = $citus_handler =~ /\A(.*;)\n(SELECT [^\n]*place_order\([^\n]*;)/s;
+ok(defined $documented_call, 'doc/citus.md has the handler and its call');
+query($create_handler);
 
 {
 	my ($sqlstate, $stderr) = sql_error($coordinator, $db,
@@ -277,11 +265,13 @@ query(
 		't', 'idempotency.keys is co-located with orders');
 	is(outcome_of('ten1', 'local-pre'), 'replay',
 		'a key completed before distribution replays after it');
+	is(query($documented_call), 'claimed', "doc/citus.md's call claims once the keys are distributed");
+	is(query($documented_call), 'replay', '... and replays when sent again');
 	my ($sqlstate, $stderr) = sql_error($coordinator, $db,
 		q{SELECT (idempotency_begin('ten1', 'field', request_hash('x'::text))).outcome});
 	is($sqlstate, 'IK005', 'a call shape Citus does not delegate is refused with IK005');
 	like($stderr, qr/not routed/, '... saying the call was not routed');
-	# The README's table says a WHERE clause keeps a call from being
+	# doc/citus.md's table says a WHERE clause keeps a call from being
 	# delegated (Citus 13.2 plans it on the coordinator): it must hear IK005 too.
 	($sqlstate) = sql_error($coordinator, $db,
 		sprintf(q{BEGIN; SELECT outcome FROM %s WHERE outcome IS NOT NULL; COMMIT},
