@@ -241,8 +241,19 @@ query($create_handler);
 		  CREATE TABLE by_number (tenant int PRIMARY KEY);
 		  SELECT create_distributed_table('by_number', 'tenant');
 		  CREATE TABLE reference (tenant text COLLATE "C" PRIMARY KEY);
-		  SELECT create_reference_table('reference')});
+		  SELECT create_reference_table('reference');
+		  SET citus.enable_schema_based_sharding TO on;
+		  CREATE SCHEMA tenant_schema;
+		  RESET citus.enable_schema_based_sharding;
+		  CREATE TABLE tenant_schema.orders (tenant text COLLATE "C" PRIMARY KEY)});
+	is(query(q{SELECT partmethod FROM pg_dist_partition
+	            WHERE logicalrelid = 'tenant_schema.orders'::regclass}),
+		'n', 'a table of a distributed schema is a single-shard table');
+	# Schema-based sharding keeps a schema's tables in one shard group,
+	# with no tenant column to co-locate the keys by: refused, with the
+	# reason (doc/citus.md gives the alternative).
 	my %refusals = (
+		'tenant_schema.orders' => [ '0A000', qr/is not hash-distributed.*single-shard/s ],
 		hold => [ '22023', qr/table (public\.)?hold is not distributed/ ],
 		reference => [ '0A000', qr/is not hash-distributed/ ],
 		default_collation => [ '0A000', qr/is not text COLLATE "C"/ ],
