@@ -7,7 +7,10 @@ extern "C"
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_namespace_d.h"
+#include "catalog/pg_type_d.h"
+#include "commands/extension.h"
 #include "common/hashfn.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
@@ -89,22 +92,51 @@ static Oid catalog(const char *name)
     return get_relname_relid(name, PG_CATALOG_NAMESPACE);
 }
 
+// Citus's catalogs are its private layout.  A version that renamed or retyped
+// a column this file reads must fail here, clearly, rather than be misread.
+[[noreturn]] static void unexpected_catalog(Relation rel, const char *name, Oid type)
+{
+    ereport(ERROR,
+            (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+             errmsg("Citus catalog %s has no column %s of type %s", RelationGetRelationName(rel),
+                    name, format_type_be(type)),
+             errdetail("The extension reads Citus's catalogs as the tested Citus versions lay them "
+                       "out (see doc/citus.md)."),
+             errhint("Use a tested Citus version.")));
+}
+
+// The number of `rel`'s column `name`, checked to be of type `type`.
+static AttrNumber typed_attnum(Relation rel, const char *name, Oid type)
+{
+    AttrNumber attnum = get_attnum(RelationGetRelid(rel), name);
+    if (attnum == InvalidAttrNumber ||
+        TupleDescAttr(RelationGetDescr(rel), attnum - 1)->atttypid != type)
+        unexpected_catalog(rel, name, type);
+    return attnum;
+}
+
 // Scans `relid` (a small Citus catalog, no syscache) for rows whose column
-// `column` equals `value`, calling `row` on each.  A NULL snapshot takes a
+// `column` (of type `column_type`) equals `value`, calling `row` on each:
+// through the index `index` when the catalog has it, since every backend
+// reads the catalogs again after each invalidation.  A NULL snapshot takes a
 // fresh catalog snapshot for each scan of a catalog without a syscache, so
 // what committed before the scan is seen whatever the isolation level.
 template <typename Row>
-static void scan_catalog(Oid relid, const char *column, Oid equal_proc, Datum value, Row row)
+static void scan_catalog(Oid relid, const char *index, const char *column, Oid column_type,
+                         Oid equal_proc, Datum value, Row row)
 {
     Relation rel = table_open(relid, AccessShareLock);
     ScanKeyData key;
     int keys = 0;
     if (column != nullptr)
     {
-        ScanKeyInit(&key, get_attnum(relid, column), BTEqualStrategyNumber, equal_proc, value);
+        ScanKeyInit(&key, typed_attnum(rel, column, column_type), BTEqualStrategyNumber, equal_proc,
+                    value);
         keys = 1;
     }
-    SysScanDesc scan = systable_beginscan(rel, InvalidOid, false, nullptr, keys, &key);
+    Oid index_oid = index != nullptr ? get_relname_relid(index, PG_CATALOG_NAMESPACE) : InvalidOid;
+    SysScanDesc scan =
+        systable_beginscan(rel, index_oid, OidIsValid(index_oid), nullptr, keys, &key);
     HeapTuple tuple;
     while (HeapTupleIsValid(tuple = systable_getnext(scan)))
         row(rel, tuple);
@@ -112,10 +144,9 @@ static void scan_catalog(Oid relid, const char *column, Oid equal_proc, Datum va
     table_close(rel, AccessShareLock);
 }
 
-static Datum column(Relation rel, HeapTuple tuple, const char *name, bool *isnull)
+static Datum column(Relation rel, HeapTuple tuple, const char *name, Oid type, bool *isnull)
 {
-    return heap_getattr(tuple, get_attnum(RelationGetRelid(rel), name), RelationGetDescr(rel),
-                        isnull);
+    return heap_getattr(tuple, typed_attnum(rel, name, type), RelationGetDescr(rel), isnull);
 }
 
 [[noreturn]] static void unsupported_layout(const char *detail)
@@ -133,15 +164,16 @@ static void read_partition(Layout &next, Oid pg_dist_partition)
     bool seen = false;
     char method = 0;
     char *partkey = nullptr;
-    scan_catalog(pg_dist_partition, "logicalrelid", F_OIDEQ, ObjectIdGetDatum(next.keys),
-                 [&](Relation rel, HeapTuple tuple) {
-                     bool isnull;
-                     seen = true;
-                     method = DatumGetChar(column(rel, tuple, "partmethod", &isnull));
-                     Datum key = column(rel, tuple, "partkey", &isnull);
-                     partkey = isnull ? nullptr : TextDatumGetCString(key);
-                     next.colocation = DatumGetUInt32(column(rel, tuple, "colocationid", &isnull));
-                 });
+    scan_catalog(
+        pg_dist_partition, "pg_dist_partition_logical_relid_index", "logicalrelid", REGCLASSOID,
+        F_OIDEQ, ObjectIdGetDatum(next.keys), [&](Relation rel, HeapTuple tuple) {
+            bool isnull;
+            seen = true;
+            method = DatumGetChar(column(rel, tuple, "partmethod", CHAROID, &isnull));
+            Datum key = column(rel, tuple, "partkey", TEXTOID, &isnull);
+            partkey = isnull ? nullptr : TextDatumGetCString(key);
+            next.colocation = DatumGetUInt32(column(rel, tuple, "colocationid", INT4OID, &isnull));
+        });
     if (!seen)
         return; // a plain table, or a Citus-unaware node
     if (method != 'h' || partkey == nullptr || next.colocation == 0)
@@ -158,6 +190,41 @@ static void read_partition(Layout &next, Oid pg_dist_partition)
     next.distributed = true;
 }
 
+// The Citus versions (major.minor of the extension) whose private layout
+// this file follows -- the hash ranges, the shard names, the metadata lock of
+// co-located shards that a move takes -- each run by test/t/060_citus.pl.  A
+// later version could change how a move locks without anything here
+// noticing, so distributed keys are refused on any other version rather
+// than kept unprotected.
+static const char *const tested_citus_versions[] = {"13.0", "13.2"};
+
+static void require_tested_citus()
+{
+    Oid citus = get_extension_oid("citus", true);
+    char *version = nullptr;
+    if (OidIsValid(citus))
+        scan_catalog(ExtensionRelationId, "pg_extension_oid_index", "oid", OIDOID, F_OIDEQ,
+                     ObjectIdGetDatum(citus), [&](Relation rel, HeapTuple tuple) {
+                         bool isnull;
+                         Datum extversion = column(rel, tuple, "extversion", TEXTOID, &isnull);
+                         version = isnull ? nullptr : TextDatumGetCString(extversion);
+                     });
+    if (version == nullptr)
+        version = pstrdup("(unknown)");
+    size_t release = strcspn(version, "-"); // "13.2-1": the release, then Citus's script step
+    for (const char *tested : tested_citus_versions)
+        if (strlen(tested) == release && strncmp(tested, version, release) == 0)
+            return;
+    ereport(ERROR,
+            (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+             errmsg("Citus %s is not a version this extension is tested with", version),
+             errdetail("With distributed keys, the extension follows how Citus places, names and "
+                       "locks shards, as Citus 13.0 and 13.2 do; on another version it could not "
+                       "keep a shard move from letting a key be claimed twice."),
+             errhint("Use a tested Citus version (see doc/citus.md), or an idempotency release "
+                     "tested with this one.")));
+}
+
 static int compare_shards(const void *a, const void *b)
 {
     int32 x = static_cast<const Shard *>(a)->min, y = static_cast<const Shard *>(b)->min;
@@ -168,10 +235,10 @@ static int compare_shards(const void *a, const void *b)
 static int32 local_group(Oid pg_dist_local_group)
 {
     int32 group = -1;
-    scan_catalog(pg_dist_local_group, nullptr, InvalidOid, (Datum)0,
+    scan_catalog(pg_dist_local_group, nullptr, nullptr, InvalidOid, InvalidOid, (Datum)0,
                  [&](Relation rel, HeapTuple tuple) {
                      bool isnull;
-                     group = DatumGetInt32(column(rel, tuple, "groupid", &isnull));
+                     group = DatumGetInt32(column(rel, tuple, "groupid", INT4OID, &isnull));
                  });
     return group;
 }
@@ -180,28 +247,28 @@ static void read_shards(Layout &next, Oid pg_dist_shard, Oid pg_dist_placement)
 {
     int capacity = 32;
     next.shards = static_cast<Shard *>(palloc(capacity * sizeof(Shard)));
-    scan_catalog(pg_dist_shard, "logicalrelid", F_OIDEQ, ObjectIdGetDatum(next.keys),
-                 [&](Relation rel, HeapTuple tuple) {
+    scan_catalog(pg_dist_shard, "pg_dist_shard_logical_relid_index", "logicalrelid", REGCLASSOID,
+                 F_OIDEQ, ObjectIdGetDatum(next.keys), [&](Relation rel, HeapTuple tuple) {
                      bool min_null, max_null, isnull;
-                     Datum min = column(rel, tuple, "shardminvalue", &min_null);
-                     Datum max = column(rel, tuple, "shardmaxvalue", &max_null);
+                     Datum min = column(rel, tuple, "shardminvalue", TEXTOID, &min_null);
+                     Datum max = column(rel, tuple, "shardmaxvalue", TEXTOID, &max_null);
                      if (min_null || max_null)
                          unsupported_layout("A shard of it has no hash range.");
                      if (next.shard_count == capacity)
                          next.shards = static_cast<Shard *>(
                              repalloc(next.shards, (capacity *= 2) * sizeof(Shard)));
                      next.shards[next.shard_count++] =
-                         Shard{DatumGetInt64(column(rel, tuple, "shardid", &isnull)),
+                         Shard{DatumGetInt64(column(rel, tuple, "shardid", INT8OID, &isnull)),
                                pg_strtoint32(TextDatumGetCString(min)),
                                pg_strtoint32(TextDatumGetCString(max)), false};
                  });
     qsort(next.shards, next.shard_count, sizeof(Shard), compare_shards);
 
     // This node's placements.
-    scan_catalog(pg_dist_placement, "groupid", F_INT4EQ, Int32GetDatum(next.group),
-                 [&](Relation rel, HeapTuple tuple) {
+    scan_catalog(pg_dist_placement, "pg_dist_placement_groupid_index", "groupid", INT4OID, F_INT4EQ,
+                 Int32GetDatum(next.group), [&](Relation rel, HeapTuple tuple) {
                      bool isnull;
-                     int64 shard = DatumGetInt64(column(rel, tuple, "shardid", &isnull));
+                     int64 shard = DatumGetInt64(column(rel, tuple, "shardid", INT8OID, &isnull));
                      for (int i = 0; i < next.shard_count; i++)
                          if (next.shards[i].id == shard)
                              next.shards[i].local = true;
@@ -247,7 +314,10 @@ static const Layout &layout_of(Oid keys)
                 next.group = local_group(local_groups);
                 read_partition(next, partition);
                 if (next.distributed)
+                {
+                    require_tested_citus();
                     read_shards(next, shard, placement);
+                }
             }
         }
         PG_CATCH();

@@ -21,6 +21,11 @@
 //     not routed here (or the shard has just moved), and a retry is routed
 //     afresh.
 //
+// Steps 1, 2 and the shard names follow Citus's private layout, so they are
+// trusted only on the Citus releases test/t/060_citus.pl runs (refused on
+// others), and the catalogs are read through their indexes with each column's
+// type checked.
+//
 // When idempotency.keys is not distributed but Citus is loaded, a write to it
 // asks Citus to commit the coordinated transaction with two-phase commit, so
 // that distributed business writes in the same transaction cannot commit on

@@ -278,6 +278,31 @@ query($create_handler);
 		'a key completed before distribution replays after it');
 	is(query($documented_call), 'claimed', "doc/citus.md's call claims once the keys are distributed");
 	is(query($documented_call), 'replay', '... and replays when sent again');
+	# Citus's private layout, guarded: on an untested Citus version, or with a
+	# catalog laid out otherwise, a call is refused before a key is read.  On
+	# a worker (which reads the distributed keys' layout), in a transaction
+	# rolled back.
+	for my $case (
+		[
+			q{SET citus.enable_version_checks TO off;
+			  UPDATE pg_extension SET extversion = '13.9-1' WHERE extname = 'citus'},
+			qr/Citus 13\.9-1 is not a version this extension is tested with/,
+			'an untested Citus version'
+		],
+		[
+			q{ALTER TABLE pg_dist_shard RENAME COLUMN shardminvalue TO shard_min},
+			qr/Citus catalog pg_dist_shard has no column shardminvalue of type text/,
+			'a renamed Citus catalog column'
+		])
+	{
+		my ($setup, $message, $what) = @$case;
+		my ($sqlstate, $stderr) = sql_error($workers[0], $db,
+			qq{BEGIN; $setup;
+			   SELECT outcome FROM idempotency_begin('ten1', 'guarded', request_hash('x'::text));
+			   ROLLBACK});
+		is($sqlstate, '0A000', "$what is refused");
+		like($stderr, $message, "... saying why ($what)");
+	}
 	my ($sqlstate, $stderr) = sql_error($coordinator, $db,
 		q{SELECT (idempotency_begin('ten1', 'field', request_hash('x'::text))).outcome});
 	is($sqlstate, 'IK005', 'a call shape Citus does not delegate is refused with IK005');
