@@ -29,6 +29,8 @@ my @conf = (
 	'wal_level = logical', 'max_wal_senders = 10', 'max_replication_slots = 10',
 	'max_prepared_transactions = 100',
 	'restart_after_crash = on',
+	# Tenant statistics, for doc/citus.md's word on them.
+	"citus.stat_tenants_track = 'all'",
 	"idempotency.expire_interval = '200ms'",
 	# The recovery of prepared transactions runs when the test asks.
 	"citus.recover_2pc_interval = '-1'",
@@ -278,6 +280,14 @@ query($create_handler);
 		'a key completed before distribution replays after it');
 	is(query($documented_call), 'claimed', "doc/citus.md's call claims once the keys are distributed");
 	is(query($documented_call), 'replay', '... and replays when sent again');
+	# citus_stat_tenants counts the queries Citus's executor routes by tenant,
+	# not delegated function calls: of tenant-42's, it shows only the SELECT
+	# below.  doc/citus.md says so and points to idempotency_scope_stats().
+	is(query(q{SELECT count(*) FROM orders WHERE tenant = 'tenant-42'}), '1',
+		"the documented call wrote tenant-42's order once");
+	is(query(q{SELECT query_count_in_this_period FROM citus_stat_tenants
+	            WHERE tenant_attribute = 'tenant-42'}),
+		'1', 'citus_stat_tenants counts the routed SELECT, not the delegated calls');
 	# Citus's private layout, guarded: on an untested Citus version, or with a
 	# catalog laid out otherwise, a call is refused before a key is read.  On
 	# a worker (which reads the distributed keys' layout), in a transaction
