@@ -529,9 +529,29 @@ static void force_two_phase()
              errhidestmt(true)));
 }
 
+// Where a reader finds the scope's keys, with the shard relation locked in
+// AccessShareLock: the placement the catalogs give once that lock is held.
+// No metadata lock, so a read never queues behind a move waiting for it in
+// ExclusiveLock.  Safe because a reader changes nothing a move copies; until
+// the switch, the source shard is the scope's only copy that takes writes,
+// and the switch cannot drop it while this lock is held.  Locking processed
+// the invalidations of a switch committed before it, and one committed
+// after it happened during the read: either way the read shows the scope as
+// it was at a moment of the call.  A placement moved away gives IK005.
+static Oid read_placement(Oid keys, Datum scope, const Placement &placement)
+{
+    Oid relid = lock_shard_relation(keys, placement.shard, AccessShareLock, false);
+    AcceptInvalidationMessages();
+    Placement now = place(keys, scope);
+    if (!now.same_shard(placement) || !now.local)
+        not_routed(now.shard);
+    return relid;
+}
+
 Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode)
 {
-    Placement placement = lock_placement(keys, scope);
+    bool reader = lockmode == AccessShareLock;
+    Placement placement = reader ? place(keys, scope) : lock_placement(keys, scope);
     if (!placement.distributed)
     {
         // (local: this node may keep the keys, the coordinator or no Citus)
@@ -552,7 +572,21 @@ Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode)
                  errhint("Use one scope per tenant (the tenant column) instead.")));
     if (!placement.local)
         not_routed(placement.shard);
+    if (reader)
+        return read_placement(keys, scope, placement);
     return lock_shard_relation(keys, placement.shard, lockmode, false);
+}
+
+bool loaded()
+{
+    // Citus is preloaded or absent for the server's life: asked once.
+    static const bool citus_loaded = GetConfigOption("citus.version", true, false) != nullptr;
+    return citus_loaded;
+}
+
+bool distributes(Oid keys)
+{
+    return layout_of(keys).distributed;
 }
 
 List *local_shards(Oid keys, LOCKMODE lockmode, bool skip_if_busy)

@@ -57,9 +57,17 @@ namespace idempotency::citus
 
 // The relation that holds the keys of `scope` on this node, locked in
 // `lockmode` to the end of the transaction: `keys` itself (already locked by
-// the caller) unless Citus distributes it, else its shard for the scope,
-// under the shard metadata lock.  IK005 when that shard is not placed here.
+// the caller) unless Citus distributes it, else its shard for the scope --
+// to write, under the shard metadata lock; to read (AccessShareLock),
+// without it, so that a read never waits behind a shard move (see
+// read_placement).  IK005 when that shard is not placed here.
 Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode);
+
+// Whether Citus is loaded in this server.
+bool loaded();
+
+// Whether Citus distributes `keys` (locked by the caller).
+bool distributes(Oid keys);
 
 // The shards of `keys` placed on this node, each locked as
 // relation_for_scope locks it, for expiry; NIL when `keys` is not

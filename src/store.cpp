@@ -181,6 +181,14 @@ Storage open(LOCKMODE lockmode, Datum scope)
     return storage;
 }
 
+bool keys_in_shards()
+{
+    if (!citus::loaded())
+        return false;
+    Oid heap = lock_heap(AccessShareLock, false);
+    return OidIsValid(heap) && citus::distributes(heap);
+}
+
 Key stored_key(const Storage &storage, const Key &key)
 {
     if (storage.has(col_tenant) || !OidIsValid(key.tenant))

@@ -182,6 +182,10 @@ struct Record
 // Raises an error when the storage is missing.  When Citus distributes the
 // table, opens instead its shard that holds `scope` (citus.hpp).
 Storage open(LOCKMODE lockmode, Datum scope);
+
+// Whether Citus distributes idempotency.keys, so that open() opens shards.
+// False at the cost of one test without Citus.
+bool keys_in_shards();
 // Fires the AFTER triggers the writes queued and releases what they used.
 void close(Storage &storage);
 

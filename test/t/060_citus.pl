@@ -451,6 +451,8 @@ for my $point (qw(pre_commit post_commit))
 # The lock a claim holds on its node keeps a move from switching over
 # ---------------------------------------------------------------------------
 {
+	is(run_request($coordinator, $db, 'ten5', 'done', 'POST /orders', 201, write => order_sql('ten5', 'done')),
+		"claimed 1\nt", 'lock: a request completes before the move');
 	my $session = $coordinator->background_psql($db);
 	$session->query_safe('BEGIN');
 	is($session->query_safe('SELECT outcome FROM ' . begin_call('ten5', 'held', 'POST /orders')),
@@ -471,6 +473,19 @@ for my $point (qw(pre_commit post_commit))
 			   WHERE locktype = 'advisory' AND objsubid = 8 AND mode = 'ExclusiveLock'
 			     AND NOT granted}),
 		'lock: the move waits on the node for the shard metadata lock the claim holds');
+	# Reads take no shard metadata lock: a replay, a mismatch and a lookup
+	# on the shard's node answer while the move waits for that lock (before,
+	# they queued behind the move: lock_timeout turns that into a failure
+	# here instead of a hang).
+	my $read = sub {
+		return $source->safe_psql($db, "SET lock_timeout = '60s'; " . shift);
+	};
+	is($read->('SELECT outcome FROM ' . begin_call('ten5', 'done', 'POST /orders')),
+		'replay', 'lock: a replay answers while the move waits');
+	is($read->('SELECT outcome FROM ' . begin_call('ten5', 'done', 'PUT /orders')),
+		'mismatch', 'lock: so does a mismatch');
+	is($read->(q{SELECT status FROM idempotency_lookup('ten5', 'done')}),
+		'completed', 'lock: and a lookup');
 	# Only delegated calls while the move waits: a write the coordinator
 	# routes would wait there for the move, which waits here for this
 	# transaction -- a distributed deadlock that Citus resolves by cancelling
