@@ -14,6 +14,8 @@ use IdempotencyTest;
 use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use HTTP::Tiny;
+use IPC::Run;
 use Test::More;
 
 # The file is read relative to the repository root, prove's working
@@ -163,6 +165,47 @@ for my $q (@queries)
 	}
 	is_deeply(\@problems, [],
 		"$q->{namespace}: each row has the metrics' columns, numbers but for the labels");
+}
+
+# ---------------------------------------------------------------------------
+# Debian's postgres_exporter scrapes the file, connected as the monitor role
+# ---------------------------------------------------------------------------
+SKIP:
+{
+	my ($exporter) = grep { -x } map { "$_/prometheus-postgres-exporter" } split(/:/, $ENV{PATH}),
+	  '/usr/bin';
+	skip 'postgres_exporter is not installed (Debian: prometheus-postgres-exporter)', 4
+	  unless $exporter;
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my ($out, $err) = ('', '');
+	my $run = IPC::Run::start(
+		[
+			$exporter, "--web.listen-address=127.0.0.1:$port",
+			"--extend.query-path=$exporter_file", '--disable-default-metrics',
+			'--disable-settings-metrics'
+		],
+		'>', \$out, '2>', \$err,
+		init => sub {
+			$ENV{DATA_SOURCE_NAME} = sprintf('host=%s port=%d dbname=app user=monitor sslmode=disable',
+				$node->host, $node->port);
+		});
+	# Scrapes until the exporter answers (it starts listening in its own time).
+	my $metrics = '';
+	for (1 .. 600)
+	{
+		my $response = HTTP::Tiny->new(timeout => 30)->get("http://127.0.0.1:$port/metrics");
+		if ($response->{success}) { $metrics = $response->{content}; last; }
+		select(undef, undef, undef, 0.1);
+	}
+	$run->kill_kill;
+	like($metrics, qr/^pg_up 1$/m, 'postgres_exporter connects as the monitor role') or diag($err);
+	my @loaded = $metrics =~ /^pg_exporter_user_queries_load_error\{[^}]*\} (\S+)$/mg;
+	is("@loaded", '0', "postgres_exporter loads $exporter_file without an error");
+	my $claims = $node->safe_psql('app', 'SELECT claims FROM idempotency_stats()');
+	like($metrics, qr/^idempotency_claims_total(?:\{[^}]*\})? \Q$claims\E$/m,
+		'it serves idempotency_stats() as idempotency_claims_total');
+	like($metrics, qr/^idempotency_scope_keys_completed\{[^}]*scope="shop"[^}]*\} 5$/m,
+		'and idempotency_scope_stats() per scope, as idempotency_scope_keys_completed{scope="shop"}');
 }
 
 # The figures of the scope summary, as the exporter reads them.
