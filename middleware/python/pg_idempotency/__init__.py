@@ -1,0 +1,8 @@
+"""Idempotency-Key middleware over the idempotency PostgreSQL extension.
+
+pg_idempotency.flask, pg_idempotency.starlette (FastAPI too) and pg_idempotency.django
+adapt pg_idempotency.core, which runs one request through the extension's functions.
+"""
+from .core import Context, Options, Request, Response, handle
+
+__all__ = ["Context", "Options", "Request", "Response", "handle"]

@@ -1,0 +1,119 @@
+"""pg_idempotency.flask on Flask's test client, with psycopg 3 and with psycopg2."""
+import threading
+import unittest
+
+from flask import Flask, request
+
+from pg_idempotency.flask import idempotent
+from support import DRIVERS, Checks, key_status, new_key, order_count, reset_orders
+
+
+def orders_app(connect, **options):
+    app = Flask(__name__)
+
+    @app.post("/orders")
+    @idempotent(connect, **options)
+    def create_order(idem):
+        item = request.get_json()["item"]
+        cur = idem.conn.cursor()
+        cur.execute("INSERT INTO orders (item) VALUES (%s) RETURNING id", (item,))
+        (order_id,) = cur.fetchone()
+        if item == "boom":
+            raise RuntimeError("the handler failed")
+        if item == "fail":
+            return {"error": "upstream down"}, 503
+        return {"order": order_id}, 201, {"Location": f"/orders/{order_id}"}
+
+    return app
+
+
+class FlaskChecks(Checks):
+    driver = None
+
+    def setUp(self):
+        super().setUp()
+        self.app = orders_app(DRIVERS[self.driver])
+
+    def post(self, key, body, app=None):
+        headers = {"Content-Type": "application/json"}
+        if key is not None:
+            headers["Idempotency-Key"] = key
+        answer = (app or self.app).test_client().post("/orders", data=body, headers=headers)
+        return answer.status_code, {k.lower(): v for k, v in answer.headers.items()}, answer.data
+
+    def post_raising(self, key, body):
+        # Outside testing mode Flask answers an exception with 500.
+        return self.post(key, body)[0]
+
+
+class FlaskPsycopg(FlaskChecks, unittest.TestCase):
+    driver = "psycopg"
+
+
+class FlaskPsycopg2(FlaskChecks, unittest.TestCase):
+    driver = "psycopg2"
+
+
+class FlaskOptions(unittest.TestCase):
+    def setUp(self):
+        reset_orders()
+
+    def post(self, app, key, body):
+        return app.test_client().post(
+            "/orders", data=body, headers={"Content-Type": "application/json", "Idempotency-Key": key})
+
+    def test_not_required_runs_unprotected(self):
+        app = orders_app(DRIVERS["psycopg"], required=False)
+        answer = app.test_client().post("/orders", json={"item": "free"})
+        self.assertEqual(answer.status_code, 201)
+        self.assertEqual(order_count("free"), 1)
+
+    def test_wait_answers_the_holders_response(self):
+        from pg_idempotency.core import Options, Request, begin, complete, Response
+        key = new_key()
+        holder = DRIVERS["psycopg"]()
+        held = Request("POST", "", "/orders", b'{"item": "book"}', key, "application/json")
+        self.assertEqual(begin(holder, "POST /orders", held, Options(), None)[0], "claimed")
+        app = orders_app(DRIVERS["psycopg"], wait=300)
+        answers = []
+        waiter = threading.Thread(target=lambda: answers.append(self.post(app, key, b'{"item": "book"}')))
+        waiter.start()
+        # The waiter answers once the holder commits, whenever it arrived.
+        complete(holder, "POST /orders", key, Response(201, [], b'{"held": true}'), Options())
+        holder.commit()
+        holder.close()
+        waiter.join()
+        self.assertEqual(answers[0].status_code, 201)
+        self.assertEqual(answers[0].data, b'{"held": true}')
+        self.assertEqual(answers[0].headers["Idempotent-Replayed"], "true")
+        self.assertEqual(order_count(), 0)
+
+    def test_two_phase_checkpoints_and_fences(self):
+        app = Flask(__name__)
+        seen = {}
+
+        @app.post("/payments")
+        @idempotent(DRIVERS["psycopg"], lease="1 minute")
+        def pay(idem):
+            seen["attempt"], seen["recovery_point"] = idem.attempt, idem.recovery_point
+            # The external call happened: record it, committed at once.
+            idem.checkpoint("charge-1")
+            # Meanwhile a retry finds the committed claim in progress.
+            retry = app.test_client().post("/payments", data=b"{}", headers={
+                "Content-Type": "application/json", "Idempotency-Key": key})
+            seen["retry"] = retry.status_code
+            return {"payment": "charge-1"}, 201
+
+        key = new_key()
+        first = app.test_client().post("/payments", data=b"{}", headers={
+            "Content-Type": "application/json", "Idempotency-Key": key})
+        self.assertEqual(first.status_code, 201)
+        self.assertEqual((seen["attempt"], seen["recovery_point"], seen["retry"]), (1, None, 409))
+        self.assertEqual(key_status("POST /payments", key), "completed")
+        replay = app.test_client().post("/payments", data=b"{}", headers={
+            "Content-Type": "application/json", "Idempotency-Key": key})
+        self.assertEqual((replay.status_code, replay.data), (201, first.data))
+
+
+if __name__ == "__main__":
+    unittest.main()
