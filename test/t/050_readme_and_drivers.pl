@@ -3,7 +3,8 @@
 #  * every SQL block of README.md and doc/*.md carries a marker: "tested: NAME"
 #    (run here, or by the test named in %tested_elsewhere), "synopsis" (a
 #    function's signature, compared with the installed function) or
-#    "gateway-migration" (test/t/022);
+#    "gateway-migration" (test/t/022); a middleware example ("example: FILE")
+#    is that file, which the middleware's suite runs;
 #  * the ten-line introduction as a superuser, in a database of its own;
 #  * the setup block of doc/handlers.md as a superuser, then its SQL and
 #    PL/pgSQL handlers as the application role, which has nothing but the
@@ -53,6 +54,21 @@ for my $document (@documents)
 	}
 }
 is(join("\n", @unmarked), '', 'every SQL block in the documentation is run or checked');
+
+# The middleware examples: each block marked "example: FILE" is that file,
+# which the middleware's own suite runs (test/t/052, test/t/053).
+my $examples = 0;
+for my $document (@documents, 'middleware/python/README.md', 'middleware/node/README.md')
+{
+	my $text = slurp_file($document);
+	while ($text =~ /<!-- example: (\S+) -->\n```\w*\n(.*?)\n```/gs)
+	{
+		my ($file, $code) = ($1, $2);
+		$examples++;
+		ok(-f $file && slurp_file($file) eq "$code\n", "$document: the example is $file as it is");
+	}
+}
+ok($examples >= 7, 'the READMEs show the middleware examples');
 my %tested_elsewhere = ('citus_handler.sql' => 'test/t/060_citus.pl');
 my @run_here = qw(intro.sql create_extension.sql setup.sql orders.sql handler.sql replay.sql
   place_order.sql grants.sql tenant_roles.sql cron.sql);
