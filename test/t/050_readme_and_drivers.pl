@@ -218,41 +218,10 @@ SKIP:
 	# -----------------------------------------------------------------------
 	# PgBouncer, transaction pooling
 	# -----------------------------------------------------------------------
-	my ($pgbouncer) = grep { -x } map { "$_/pgbouncer" } split(/:/, $ENV{PATH}), '/usr/sbin';
-	skip 'pgbouncer is not installed (Debian: pgbouncer)', 1 unless $pgbouncer;
-	my ($version) = `$pgbouncer --version` =~ /PgBouncer (\d+\.\d+)/;
-	my ($major, $minor) = split /\./, $version;
-	my $prepared_statements = $major > 1 || $minor >= 21;
-	my $dir = PostgreSQL::Test::Utils::tempdir_short;
-	my $port = PostgreSQL::Test::Cluster::get_free_port();
-	PostgreSQL::Test::Utils::append_to_file("$dir/users.txt", qq{"app" ""\n});
-	PostgreSQL::Test::Utils::append_to_file(
-		"$dir/pgbouncer.ini", sprintf(qq{
-[databases]
-postgres = host=%s port=%d dbname=postgres
-[pgbouncer]
-listen_addr =
-listen_port = %d
-unix_socket_dir = %s
-auth_type = trust
-auth_file = %s/users.txt
-pool_mode = transaction
-default_pool_size = 4
-max_client_conn = 200
-logfile = %s/pgbouncer.log
-pidfile = %s/pgbouncer.pid
-%s
-}, $node->host, $node->port, $port, $dir, $dir, $dir, $dir,
-			$prepared_statements ? 'max_prepared_statements = 100' : ''));
-	my $bouncer = IPC::Run::start([ $pgbouncer, "$dir/pgbouncer.ini" ], '>', \my $bouncer_out, '2>', \my $bouncer_err);
-	my $pooled = "host=$dir port=$port dbname=postgres user=app";
-	my $up = 0;
-	for (1 .. 100)
-	{
-		last if ($up = -S "$dir/.s.PGSQL.$port");
-		select(undef, undef, undef, 0.1);
-	}
-	ok($up, "PgBouncer $version runs in transaction mode") or diag($bouncer_err);
+	my $bouncer = start_pgbouncer($node, 'postgres', 'app');
+	skip 'pgbouncer is not installed (Debian: pgbouncer)', 1 unless $bouncer;
+	my ($version, $prepared_statements, $pooled) = @$bouncer{qw(version prepared_statements connstr)};
+	ok($bouncer->{up}, "PgBouncer $version runs in transaction mode") or diag($bouncer->{log});
 
 	# Four server connections for 50 clients: each transaction may land on
 	# any of them.
@@ -274,7 +243,7 @@ pidfile = %s/pgbouncer.pid
 		like($out, qr/^not ok - .*prepared statement "_pg3_\d+" (?:does not exist|already exists)/m,
 			"PgBouncer $version, psycopg 3 defaults: named prepared statements fail, as the reference says");
 	}
-	$bouncer->kill_kill;
+	$bouncer->{handle}->kill_kill;
 }
 
 done_testing();

@@ -12,6 +12,7 @@ use strict;
 use warnings;
 
 use Exporter 'import';
+use IPC::Run;
 use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -22,6 +23,7 @@ our @EXPORT = qw(
   lookup_key fields stored_response replayed_response body_is_toasted
   lease_running sql_error wait_for_crash_restart wait_for_lease_end
   wait_for_promotion keys_text wait_for_sweeps reload_with indexes_checked
+  start_pgbouncer
 );
 
 # A byte-string JSON decoder: each byte of psql's output stays one character,
@@ -327,6 +329,59 @@ sub indexes_checked
 		                                           THEN 'checked' END, ', ' ORDER BY c.relname)
 		  FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
 		 WHERE x.indrelid = 'idempotency.keys'::regclass});
+}
+
+# Starts PgBouncer in transaction mode in front of $node's database $db for
+# the role $user (trust), with four server connections, so that a client's
+# transactions land on any of them.  From PgBouncer 1.21 with
+# max_prepared_statements, which pools named prepared statements.  Returns
+# undef without pgbouncer, else {handle, version, prepared_statements,
+# connstr, up, log}: up once its socket exists.
+sub start_pgbouncer
+{
+	my ($node, $db, $user) = @_;
+	my ($pgbouncer) = grep { -x } map { "$_/pgbouncer" } split(/:/, $ENV{PATH}), '/usr/sbin';
+	return undef unless $pgbouncer;
+	my ($version) = `$pgbouncer --version` =~ /PgBouncer (\d+\.\d+)/;
+	my ($major, $minor) = split /\./, $version;
+	my $prepared_statements = $major > 1 || $minor >= 21;
+	my $dir = PostgreSQL::Test::Utils::tempdir_short;
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	PostgreSQL::Test::Utils::append_to_file("$dir/users.txt", qq{"$user" ""\n});
+	PostgreSQL::Test::Utils::append_to_file(
+		"$dir/pgbouncer.ini", sprintf(qq{
+[databases]
+%s = host=%s port=%d dbname=%s
+[pgbouncer]
+listen_addr =
+listen_port = %d
+unix_socket_dir = %s
+auth_type = trust
+auth_file = %s/users.txt
+pool_mode = transaction
+default_pool_size = 4
+max_client_conn = 200
+logfile = %s/pgbouncer.log
+pidfile = %s/pgbouncer.pid
+%s
+}, $db, $node->host, $node->port, $db, $port, $dir, $dir, $dir, $dir,
+			$prepared_statements ? 'max_prepared_statements = 100' : ''));
+	my ($out, $err) = ('', '');
+	my $handle = IPC::Run::start([ $pgbouncer, "$dir/pgbouncer.ini" ], '>', \$out, '2>', \$err);
+	my $up = 0;
+	for (1 .. 600)
+	{
+		last if ($up = -S "$dir/.s.PGSQL.$port");
+		select(undef, undef, undef, 0.1);
+	}
+	return {
+		handle => $handle,
+		version => $version,
+		prepared_statements => $prepared_statements,
+		connstr => "host=$dir port=$port dbname=$db user=$user",
+		up => $up,
+		log => $err
+	};
 }
 
 1;
