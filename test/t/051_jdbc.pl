@@ -33,16 +33,44 @@ ok(IPC::Run::run([ 'javac', '-d', $classes, 'test/drivers/JdbcDefaults.java' ], 
   or diag $compiled;
 
 my $user = $node->safe_psql('postgres', 'SELECT current_user');
-my $url = sprintf('jdbc:postgresql://127.0.0.1:%d/postgres?user=%s', $node->port, $user);
-my ($out, $err) = ('', '');
-IPC::Run::run([ 'java', '-cp', "$jar:$classes", 'JdbcDefaults', $url ], '>', \$out, '2>', \$err);
-my @lines = split /\n/, $out;
-my ($planned) = map { /^1\.\.(\d+)$/ ? $1 : () } @lines;
-is($planned, 5, 'the JDBC check ran to its end') or diag $err;
-for my $line (grep { /^(not )?ok \d+ - / } @lines)
+
+# Runs the check against the JDBC URL $url and passes its lines on.
+sub run_check
 {
-	my ($not, $what) = $line =~ /^(not )?ok \d+ - (.*)$/;
-	ok(!$not, $what);
+	my ($label, $url) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'java', '-cp', "$jar:$classes", 'JdbcDefaults', $url ], '>', \$out, '2>', \$err);
+	my @lines = split /\n/, $out;
+	my ($planned) = map { /^1\.\.(\d+)$/ ? $1 : () } @lines;
+	is($planned, 5, "$label: the JDBC check ran to its end") or diag $err;
+	for my $line (grep { /^(not )?ok \d+ - / } @lines)
+	{
+		my ($not, $what) = $line =~ /^(not )?ok \d+ - (.*)$/;
+		ok(!$not, "$label: $what");
+	}
+	return;
+}
+
+run_check('pgjdbc defaults', sprintf('jdbc:postgresql://127.0.0.1:%d/postgres?user=%s', $node->port, $user));
+
+# Through PgBouncer in transaction mode, with the setting doc/reference.md
+# gives for pgjdbc before PgBouncer 1.21 (prepareThreshold=0: no named
+# statements), or its defaults from 1.21 with max_prepared_statements.
+SKIP:
+{
+	my $bouncer = start_pgbouncer($node, 'postgres', $user, tcp => 1);
+	skip 'pgbouncer is not installed (Debian: pgbouncer)', 1 unless $bouncer;
+	ok($bouncer->{up}, "PgBouncer $bouncer->{version} runs in transaction mode") or diag($bouncer->{log});
+	my $url = sprintf('jdbc:postgresql://127.0.0.1:%d/postgres?user=%s', $bouncer->{port}, $user);
+	if ($bouncer->{prepared_statements})
+	{
+		run_check("PgBouncer $bouncer->{version} with max_prepared_statements, pgjdbc defaults", $url);
+	}
+	else
+	{
+		run_check("PgBouncer $bouncer->{version}, pgjdbc with prepareThreshold=0", "$url&prepareThreshold=0");
+	}
+	$bouncer->{handle}->kill_kill;
 }
 
 $node->stop;

@@ -334,12 +334,15 @@ sub indexes_checked
 # Starts PgBouncer in transaction mode in front of $node's database $db for
 # the role $user (trust), with four server connections, so that a client's
 # transactions land on any of them.  From PgBouncer 1.21 with
-# max_prepared_statements, which pools named prepared statements.  Returns
-# undef without pgbouncer, else {handle, version, prepared_statements,
-# connstr, up, log}: up once its socket exists.
+# max_prepared_statements, which pools named prepared statements.  It
+# listens on a Unix socket, and with tcp => 1 on 127.0.0.1 too (for JDBC,
+# whose startup packet sets extra_float_digits, which PgBouncer refuses
+# unless told to ignore it, as doc/reference.md says).
+# Returns undef without pgbouncer, else {handle, version,
+# prepared_statements, connstr, port, up, log}: up once its socket exists.
 sub start_pgbouncer
 {
-	my ($node, $db, $user) = @_;
+	my ($node, $db, $user, %params) = @_;
 	my ($pgbouncer) = grep { -x } map { "$_/pgbouncer" } split(/:/, $ENV{PATH}), '/usr/sbin';
 	return undef unless $pgbouncer;
 	my ($version) = `$pgbouncer --version` =~ /PgBouncer (\d+\.\d+)/;
@@ -353,7 +356,7 @@ sub start_pgbouncer
 [databases]
 %s = host=%s port=%d dbname=%s
 [pgbouncer]
-listen_addr =
+listen_addr = %s
 listen_port = %d
 unix_socket_dir = %s
 auth_type = trust
@@ -361,10 +364,11 @@ auth_file = %s/users.txt
 pool_mode = transaction
 default_pool_size = 4
 max_client_conn = 200
+ignore_startup_parameters = extra_float_digits
 logfile = %s/pgbouncer.log
 pidfile = %s/pgbouncer.pid
 %s
-}, $db, $node->host, $node->port, $db, $port, $dir, $dir, $dir, $dir,
+}, $db, $node->host, $node->port, $db, $params{tcp} ? '127.0.0.1' : '', $port, $dir, $dir, $dir, $dir,
 			$prepared_statements ? 'max_prepared_statements = 100' : ''));
 	my ($out, $err) = ('', '');
 	my $handle = IPC::Run::start([ $pgbouncer, "$dir/pgbouncer.ini" ], '>', \$out, '2>', \$err);
@@ -379,6 +383,7 @@ pidfile = %s/pgbouncer.pid
 		version => $version,
 		prepared_statements => $prepared_statements,
 		connstr => "host=$dir port=$port dbname=$db user=$user",
+		port => $port,
 		up => $up,
 		log => $err
 	};
