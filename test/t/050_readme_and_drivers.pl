@@ -221,7 +221,7 @@ SKIP:
 	my $bouncer = start_pgbouncer($node, 'postgres', 'app');
 	skip 'pgbouncer is not installed (Debian: pgbouncer)', 1 unless $bouncer;
 	my ($version, $prepared_statements, $pooled) = @$bouncer{qw(version prepared_statements connstr)};
-	ok($bouncer->{up}, "PgBouncer $version runs in transaction mode") or diag($bouncer->{log});
+	ok($bouncer->{up}, "PgBouncer $version runs in transaction mode") or diag(slurp_file($bouncer->{log}));
 
 	# Four server connections for 50 clients: each transaction may land on
 	# any of them.

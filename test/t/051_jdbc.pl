@@ -60,7 +60,7 @@ SKIP:
 {
 	my $bouncer = start_pgbouncer($node, 'postgres', $user, tcp => 1);
 	skip 'pgbouncer is not installed (Debian: pgbouncer)', 1 unless $bouncer;
-	ok($bouncer->{up}, "PgBouncer $bouncer->{version} runs in transaction mode") or diag($bouncer->{log});
+	ok($bouncer->{up}, "PgBouncer $bouncer->{version} runs in transaction mode") or diag(slurp_file($bouncer->{log}));
 	my $url = sprintf('jdbc:postgresql://127.0.0.1:%d/postgres?user=%s', $bouncer->{port}, $user);
 	if ($bouncer->{prepared_statements})
 	{

@@ -29,22 +29,44 @@ my $node = new_node('middleware', conf => ['max_connections = 100']);
 $node->safe_psql('postgres', 'CREATE DATABASE middleware');
 $node->safe_psql('middleware', 'CREATE EXTENSION idempotency');
 
-($out, $err) = ('', '');
-my $ran = IPC::Run::run(
-	[ 'sh', '-c', 'node --test --test-reporter=tap test/*.test.js' ],
-	'>', \$out, '2>', \$err,
-	init => sub {
-		chdir $dir or die "chdir $dir: $!";
-		@ENV{qw(PGHOST PGPORT PGDATABASE PGUSER)} =
-		  ($node->host, $node->port, 'middleware', scalar getpwuid($<));
-	});
-my @tests = $out =~ /^((?:not )?ok \d+ - .*)$/mg;
-ok(@tests >= 15, 'the middleware suite ran its tests') or diag("$out\n$err");
-for my $line (@tests)
+my $user = getpwuid($<);
+
+# Runs the suite against $host:$port and passes its lines on.
+sub run_suite
 {
-	my ($failed, $name) = $line =~ /^(not )?ok \d+ - (.*)$/;
-	ok(!$failed, "node middleware: $name") or diag($out);
+	my ($label, $host, $port) = @_;
+	my ($out, $err) = ('', '');
+	my $ran = IPC::Run::run(
+		[ 'sh', '-c', 'node --test --test-reporter=tap test/*.test.js' ],
+		'>', \$out, '2>', \$err,
+		init => sub {
+			chdir $dir or die "chdir $dir: $!";
+			@ENV{qw(PGHOST PGPORT PGDATABASE PGUSER)} = ($host, $port, 'middleware', $user);
+		});
+	my @tests = $out =~ /^((?:not )?ok \d+ - .*)$/mg;
+	ok(@tests >= 15, "$label: the middleware suite ran its tests") or diag("$out\n$err");
+	for my $line (@tests)
+	{
+		my ($failed, $name) = $line =~ /^(not )?ok \d+ - (.*)$/;
+		ok(!$failed, "$label: $name") or diag($out);
+	}
+	ok($ran, "$label: the suite exits 0") or diag($err);
+	return;
 }
-ok($ran, 'the suite exits 0') or diag($err);
+
+run_suite('node middleware', $node->host, $node->port);
+
+# Through PgBouncer in transaction mode: node-postgres's unnamed statements,
+# the defaults of the middleware and of node-idempotency's store, need no
+# setting there.
+SKIP:
+{
+	my $bouncer = start_pgbouncer($node, 'middleware', $user);
+	skip 'pgbouncer is not installed (Debian: pgbouncer)', 1 unless $bouncer;
+	ok($bouncer->{up}, "PgBouncer $bouncer->{version} runs in transaction mode") or diag(slurp_file($bouncer->{log}));
+	my ($host, $port) = $bouncer->{connstr} =~ /host=(\S+) port=(\d+)/;
+	run_suite("node middleware through PgBouncer $bouncer->{version}", $host, $port);
+	$bouncer->{handle}->kill_kill;
+}
 
 done_testing();

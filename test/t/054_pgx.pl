@@ -63,7 +63,7 @@ SKIP:
 	my $bouncer = start_pgbouncer($node, 'postgres', 'app');
 	skip 'pgbouncer is not installed (Debian: pgbouncer)', 1 unless $bouncer;
 	my ($version, $prepared_statements, $pooled) = @$bouncer{qw(version prepared_statements connstr)};
-	ok($bouncer->{up}, "PgBouncer $version runs in transaction mode") or diag($bouncer->{log});
+	ok($bouncer->{up}, "PgBouncer $version runs in transaction mode") or diag(slurp_file($bouncer->{log}));
 	if ($prepared_statements)
 	{
 		run_check("PgBouncer $version with max_prepared_statements, pgx v4 defaults", $pooled);

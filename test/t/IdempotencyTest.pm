@@ -339,7 +339,8 @@ sub indexes_checked
 # whose startup packet sets extra_float_digits, which PgBouncer refuses
 # unless told to ignore it, as doc/reference.md says).
 # Returns undef without pgbouncer, else {handle, version,
-# prepared_statements, connstr, port, up, log}: up once its socket exists.
+# prepared_statements, connstr, port, up, log}: up once its socket exists,
+# log the file of its output.
 sub start_pgbouncer
 {
 	my ($node, $db, $user, %params) = @_;
@@ -370,8 +371,10 @@ pidfile = %s/pgbouncer.pid
 %s
 }, $db, $node->host, $node->port, $db, $params{tcp} ? '127.0.0.1' : '', $port, $dir, $dir, $dir, $dir,
 			$prepared_statements ? 'max_prepared_statements = 100' : ''));
-	my ($out, $err) = ('', '');
-	my $handle = IPC::Run::start([ $pgbouncer, "$dir/pgbouncer.ini" ], '>', \$out, '2>', \$err);
+	# Its output to a file: PgBouncer logs every login to stderr too, and a
+	# pipe nobody reads while a test runs would fill and stall it.
+	my $handle = IPC::Run::start([ $pgbouncer, "$dir/pgbouncer.ini" ],
+		'>', "$dir/stdout.log", '2>', "$dir/stderr.log");
 	my $up = 0;
 	for (1 .. 600)
 	{
@@ -385,7 +388,7 @@ pidfile = %s/pgbouncer.pid
 		connstr => "host=$dir port=$port dbname=$db user=$user",
 		port => $port,
 		up => $up,
-		log => $err
+		log => "$dir/stderr.log"
 	};
 }
 
