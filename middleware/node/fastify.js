@@ -1,5 +1,6 @@
 'use strict';
-// Fastify: a plugin that protects every route's POST and PATCH requests (options.methods).
+// Fastify: a plugin that protects every route's POST and PATCH requests (options.methods),
+// but for a route declared with `config: { idempotency: false }`.
 //
 //   fastify.register(fastifyIdempotency, { pool });
 //   fastify.post('/orders', async (request, reply) => {
@@ -17,7 +18,8 @@ async function readAll(stream) {
 }
 
 function applies(request, config) {
-  return config.methods.includes(request.method);
+  const route = request.routeOptions.config || {};
+  return config.methods.includes(request.method) && route.idempotency !== false;
 }
 
 async function fastifyIdempotency(fastify, options) {
