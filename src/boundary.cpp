@@ -7,6 +7,8 @@
 extern "C"
 {
 #include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
 }
 
 namespace idempotency
@@ -19,6 +21,29 @@ void throw_injected_fault()
     if (injected_fault == fault_out_of_memory)
         throw std::bad_alloc();
     throw std::runtime_error("fault injected by idempotency.inject_fault");
+}
+
+// idempotency.inject_fault's pauses, a superuser's test hooks: each holds
+// this session at one moment of the protocol while another session holds
+// pg_advisory_lock(key), as an ordinary lock wait that the isolation tester
+// sees.  Tests let another session act in that window:
+//  * pause_at_subtransaction_abort (18756): a subtransaction's rollback,
+//    after it is marked aborted and before the claims' callback (rule L);
+//  * pause_before_publish (18757): a fresh claim between its read of the key
+//    and its publication (rule A);
+//  * pause_in_fallback (18758): a fresh claim made as if the table had no
+//    free slot, after its row is written and before its check (rule F);
+//  * pause_in_read (18759): a read of the newest version of a key, between
+//    its index entry and the version it points to (store.cpp, read_latest).
+void pause_for_test(InjectedFault at, uint64 key)
+{
+    if (likely(injected_fault != at))
+        return;
+    LOCKTAG tag;
+    // As pg_advisory_lock(bigint) tags it.
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, uint32(key >> 32), uint32(key), 1);
+    (void)LockAcquire(&tag, ShareLock, false, false);
+    LockRelease(&tag, ShareLock, false);
 }
 
 void capture_exception(CaughtException &caught, int sqlerrcode, const char *message) noexcept

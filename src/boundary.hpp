@@ -44,10 +44,14 @@ enum InjectedFault
     fault_out_of_memory,
     fault_pause_at_subtransaction_abort,
     fault_pause_before_publish,
-    fault_pause_in_fallback
+    fault_pause_in_fallback,
+    fault_pause_in_read
 };
 extern int injected_fault;
 [[noreturn]] void throw_injected_fault();
+// Holds this session at the pause `at` while another holds
+// pg_advisory_lock(key) (boundary.cpp lists the pauses).
+void pause_for_test(InjectedFault at, uint64 key);
 
 void capture_exception(CaughtException &caught, int sqlerrcode, const char *message) noexcept;
 

@@ -467,27 +467,6 @@ static void on_transaction_event(XactEvent event, void *)
     }
 }
 
-// idempotency.inject_fault's pauses, a superuser's test hooks: each holds
-// this session at one moment of the protocol while another session holds
-// pg_advisory_lock(key), as an ordinary lock wait that the isolation tester
-// sees.  Tests let another session act in that window:
-//  * pause_at_subtransaction_abort (18756): a subtransaction's rollback,
-//    after it is marked aborted and before this module's callback (rule L);
-//  * pause_before_publish (18757): a fresh claim between its read of the key
-//    and its publication (rule A);
-//  * pause_in_fallback (18758): a fresh claim made as if the table had no
-//    free slot, after its row is written and before its check (rule F).
-static void pause_for_test(InjectedFault at, uint64 key)
-{
-    if (likely(injected_fault != at))
-        return;
-    LOCKTAG tag;
-    // As pg_advisory_lock(bigint) tags it.
-    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, uint32(key >> 32), uint32(key), 1);
-    (void)LockAcquire(&tag, ShareLock, false, false);
-    LockRelease(&tag, ShareLock, false);
-}
-
 // A rolled-back subtransaction takes the claims it made with it, and the
 // rows it wrote: subtransaction ids grow, so those of it and its children are
 // the ids from its own on.  The entry of a claim whose row rolled back stays
@@ -633,6 +612,26 @@ static bool deferrable_claim(const store::Storage &storage, const store::Record 
     return storage.has(store::col_sweep_at) && record.nulls[store::col_claim_data];
 }
 
+// Rule F's check, made inside the subtransaction of the fallback's insert:
+// whether the row may stay, no claimer having published an entry of the key
+// meanwhile.  When one has, the subtransaction rolls back and the row is dead
+// at once.  Deleting it instead would leave a row deleted by a transaction
+// still open, which makes the publisher's insert of its own row wait for this
+// transaction -- while this one, answered in_progress, may wait for the
+// publisher's: a deadlock.
+struct FallbackCheck
+{
+    const Tag *tag;
+    Entry *holder;
+};
+
+static bool no_publication_meanwhile(void *arg)
+{
+    const FallbackCheck *check = static_cast<const FallbackCheck *>(arg);
+    pause_for_test(fault_pause_in_fallback, 18758);
+    return !published_meanwhile(*check->tag, check->holder);
+}
+
 Claim claim_absent(store::Storage &storage, const store::Key &key, store::Record &record,
                    bool deferrable, const Ticket &ticket, bool key_locked)
 {
@@ -693,16 +692,18 @@ Claim claim_absent(store::Storage &storage, const store::Key &key, store::Record
     // makes the insert wait for its transaction; if that commits, the key is
     // taken: read it again.
     stats::add(stats::deferred_fallbacks);
-    if (!store::insert_unless_present(storage, key, record))
-        return Claim::read_again;
-    pause_for_test(fault_pause_in_fallback, 18758);
-    if (published_meanwhile(tag, &holder))
+    FallbackCheck check{&tag, &holder};
+    switch (store::insert_unless_present(storage, key, record, no_publication_meanwhile, &check))
     {
-        store::delete_record(storage, record);
-        record = holder_record(key, holder);
-        return Claim::held;
+        case store::Inserted::kept:
+            return Claim::claimed;
+        case store::Inserted::undone:
+            record = holder_record(key, holder);
+            return Claim::held;
+        case store::Inserted::present:
+            break;
     }
-    return Claim::claimed;
+    return Claim::read_again;
 }
 
 // Records that this transaction's deferred claim of the record's key has its

@@ -41,16 +41,19 @@
 //      the other a committed one.
 //  F.  A fresh claim with no free slot (or whose transaction holds
 //      own_claims_max slots already) takes the key lock, reads the key under
-//      it, writes its row, and then -- under the partition lock -- bumps the
-//      bucket's generation and looks for a live entry of the key.  If a
-//      claimer published one meanwhile (having read before the row was
-//      written), the row is deleted again and the answer is in_progress.
-//      Of a publication and this check, whichever comes second sees the
-//      other: a publication after the bump fails its generation check and
-//      reads the row.  (A claimer that published meanwhile and wrote its own
-//      row at once makes this insert wait for its transaction; if that
-//      commits, the insert's unique violation is absorbed and the key read
-//      again.)
+//      it, writes its row in a subtransaction, and then -- under the
+//      partition lock -- bumps the bucket's generation and looks for a live
+//      entry of the key.  If a claimer published one meanwhile (having read
+//      before the row was written), the subtransaction rolls back and the
+//      answer is in_progress.  Of a publication and this check, whichever
+//      comes second sees the other: a publication after the bump fails its
+//      generation check and reads the row.  Rolled back, not deleted: a row
+//      deleted by a transaction still open would make the publisher's insert
+//      of its own row wait for that transaction, which may be waiting for
+//      the publisher's (wait => ...): a deadlock.  (A claimer that published
+//      meanwhile and wrote its own row at once makes this insert wait for its
+//      transaction; if that commits, the insert's unique violation is
+//      absorbed and the key read again.)
 //  O.  An entry records its owner: the id of the (sub)transaction that made
 //      the claim, and of its top-level transaction.  It is live exactly while
 //      TransactionIdIsInProgress(owner): until the top-level transaction

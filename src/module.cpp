@@ -44,6 +44,7 @@ static const struct config_enum_entry fault_options[] = {
     {"pause_at_subtransaction_abort", fault_pause_at_subtransaction_abort, false},
     {"pause_before_publish", fault_pause_before_publish, false},
     {"pause_in_fallback", fault_pause_in_fallback, false},
+    {"pause_in_read", fault_pause_in_read, false},
     {nullptr, 0, false}};
 
 static const struct config_enum_entry tenant_isolation_options[] = {

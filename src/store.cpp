@@ -1,6 +1,7 @@
 // Storage of idempotency keys: see store.hpp for the concurrency scheme and
 // the caches.
 #include "store.hpp"
+#include "boundary.hpp"
 #include "citus.hpp"
 #include "compat.hpp"
 
@@ -389,7 +390,9 @@ static void decode_newest(TupleTableSlot *slot, Snapshot snapshot, Record &recor
 // other transaction is deleting or replacing; a replacement comes later in
 // the scan, and when none does, the version is being deleted (or its
 // replacement is not indexed yet): the key is then held by that transaction.
-static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot)
+// *passed_over tells whether an index entry led to no visible version.
+static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot,
+                       bool *passed_over = nullptr)
 {
     Record record = not_found();
     // By index column: (tenant, scope, key), or (scope, key) before 0.2.0.
@@ -411,8 +414,22 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
     TupleTableSlot *slot = table_slot_create(storage.heap, nullptr);
     const bool dirty = snapshot->snapshot_type == SNAPSHOT_DIRTY;
 
-    while (index_getnext_slot(scan, ForwardScanDirection, slot))
+    // index_getnext_slot's loop, which says nothing of the entries it passes.
+    for (;;)
     {
+        if (!scan->xs_heap_continue)
+        {
+            if (index_getnext_tid(scan, ForwardScanDirection) == nullptr)
+                break;
+            if (dirty)
+                pause_for_test(fault_pause_in_read, 18759);
+        }
+        if (!index_fetch_heap(scan, slot))
+        {
+            if (passed_over != nullptr)
+                *passed_over = true;
+            continue;
+        }
         if (!dirty)
         {
             decode_version(slot, record);
@@ -437,7 +454,22 @@ Record read_latest(const Storage &storage, const Key &key)
 {
     SnapshotData dirty;
     InitDirtySnapshot(dirty);
-    return scan_key(storage, key, &dirty);
+    bool passed_over = false;
+    Record record = scan_key(storage, key, &dirty, &passed_over);
+    if (record.found || record.writer == Writer::other || !passed_over)
+        return record;
+    // A dirty scan checks each version when it gets to it, not all at one
+    // moment: a transaction that replaces the key's only version with one
+    // elsewhere (a non-HOT update, under a new index entry) and commits after
+    // the scan read the index page but before it checked the old version,
+    // leaves the scan with neither -- as if the key were absent, and a claim
+    // would follow.  A snapshot taken now sees every commit of that kind,
+    // with the version it committed.  (Absent keys, with no index entry,
+    // never get here: only keys with versions passed over do.)
+    Snapshot latest = RegisterSnapshot(GetLatestSnapshot());
+    record = scan_key(storage, key, latest);
+    UnregisterSnapshot(latest);
+    return record;
 }
 
 Record read_visible(const Storage &storage, const Key &key, Snapshot snapshot)
@@ -877,22 +909,27 @@ void wait_for_transaction(TransactionId xid)
 }
 
 // Runs `body` in an internal subtransaction, as a PL/pgSQL exception block
-// would: false when it raised `absorbed` (the subtransaction rolled back,
-// nothing of it left), true when it finished; any other error propagates.
-// `cleanup` runs either way, before an error propagates.
+// would.  Returns what `body` returned, the subtransaction kept (released
+// into the caller's) when that is true and rolled back when it is false;
+// false too when `body` raised `absorbed` (rolled back, nothing of it left).
+// Any other error propagates.  `cleanup` runs either way, before an error
+// propagates.
 template <typename Body, typename Cleanup>
 static bool absorbing(int absorbed, Body body, Cleanup cleanup)
 {
     MemoryContext context = CurrentMemoryContext;
     ResourceOwner owner = CurrentResourceOwner;
-    volatile bool finished = true;
+    volatile bool kept = true;
     BeginInternalSubTransaction(nullptr);
     MemoryContextSwitchTo(context);
     PG_TRY();
     {
-        body();
+        kept = body();
         cleanup();
-        ReleaseCurrentSubTransaction();
+        if (kept)
+            ReleaseCurrentSubTransaction();
+        else
+            RollbackAndReleaseCurrentSubTransaction();
     }
     PG_CATCH();
     {
@@ -906,12 +943,12 @@ static bool absorbing(int absorbed, Body body, Cleanup cleanup)
         if (error->sqlerrcode != absorbed)
             ReThrowError(error);
         FreeErrorData(error);
-        finished = false;
+        kept = false;
     }
     PG_END_TRY();
     MemoryContextSwitchTo(context);
     CurrentResourceOwner = owner;
-    return finished;
+    return kept;
 }
 
 bool wait_for_transaction(TransactionId xid, int timeout_ms)
@@ -924,17 +961,27 @@ bool wait_for_transaction(TransactionId xid, int timeout_ms)
         [&] {
             LockTimeout = timeout_ms;
             XactLockTableWait(xid, nullptr, nullptr, XLTW_None);
+            return true;
         },
         [&] { LockTimeout = saved_lock_timeout; });
 }
 
-bool insert_unless_present(Storage &storage, const Key &key, Record &record)
+Inserted insert_unless_present(Storage &storage, const Key &key, Record &record,
+                               bool (*keep)(void *), void *keep_arg)
 {
     // The executor state of writes is made outside the subtransaction, whose
     // resource owner would take the relations and slots with it.
     (void)start_writes(storage);
-    return absorbing(
-        ERRCODE_UNIQUE_VIOLATION, [&] { insert_record(storage, key, record); }, [] {});
+    bool present = true;
+    bool kept = absorbing(
+        ERRCODE_UNIQUE_VIOLATION,
+        [&] {
+            insert_record(storage, key, record);
+            present = false;
+            return keep(keep_arg);
+        },
+        [] {});
+    return kept ? Inserted::kept : present ? Inserted::present : Inserted::undone;
 }
 
 } // namespace idempotency::store

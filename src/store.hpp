@@ -217,9 +217,22 @@ void set_expiry(const Storage &storage, Record &record, TimestampTz expires_at);
 // the key's entry in the shared claims table (claims.hpp, rule A).
 void insert_record(Storage &storage, const Key &key, Record &record);
 // The same in a subtransaction, for a writer that another may have beaten to
-// the key (claims.hpp, rule F): false, and nothing written, when a row of the
-// key was committed meanwhile (a unique violation of the primary key).
-bool insert_unless_present(Storage &storage, const Key &key, Record &record);
+// the key (claims.hpp, rule F), which then asks `keep` whether the row may
+// stay.  present, and nothing written, when a row of the key was committed
+// meanwhile (a unique violation of the primary key); undone when `keep` said
+// no: the subtransaction is rolled back, so that the row is dead at once --
+// not merely deleted by a transaction still open, which would make another
+// writer of the key wait for this transaction's end.
+enum class Inserted
+{
+    kept,
+    undone,
+    present
+};
+// (`keep` is a plain function and its argument: an error may unwind through
+// this call, which no object with a destructor may be live for.)
+Inserted insert_unless_present(Storage &storage, const Key &key, Record &record,
+                               bool (*keep)(void *), void *keep_arg);
 // Replaces the version `record.tid` with `record`'s values; the caller holds
 // the key lock, or the version is its own transaction's uncommitted one.
 void update_record(Storage &storage, Record &record);
