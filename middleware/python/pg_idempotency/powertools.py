@@ -95,6 +95,10 @@ class PostgresPersistenceLayer(BasePersistenceLayer):
         if outcome == "mismatch":
             raise IdempotencyValidationError("Payload does not match stored record for this event key")
         if outcome == "replay":
+            if body is None:
+                # Completed without its body: it was over idempotency.max_response_bytes.
+                raise RuntimeError("the stored result of this idempotency key was too large to "
+                                   "keep (idempotency.max_response_bytes)")
             existing = DataRecord(
                 idempotency_key=data_record.idempotency_key,
                 status=STATUS_CONSTANTS["COMPLETED"],

@@ -53,3 +53,14 @@ def test_a_handler_error_frees_the_key():
     with pytest.raises(IdempotencyItemAlreadyExistsError) as done:
         layer().save_inprogress(event, remaining_time_in_millis=10_000)
     assert done.value.old_data_record.response_json_as_dict() == {"result": "ran again"}
+
+
+def test_a_result_too_large_to_keep_fails_its_replays_clearly():
+    event = {"order": "large"}
+    small = PostgresPersistenceLayer(
+        lambda: psycopg.connect("", options="-c idempotency.max_response_bytes=100"))
+    small.configure(IdempotencyConfig(expires_after_seconds=60), "cases")
+    small.save_inprogress(event, remaining_time_in_millis=10_000)
+    small.save_success(event, {"result": "x" * 200})  # completed, its body not kept
+    with pytest.raises(RuntimeError, match="max_response_bytes"):
+        small.save_inprogress(event, remaining_time_in_millis=10_000)
