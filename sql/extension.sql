@@ -45,3 +45,24 @@ CREATE EXTENSION idempotency;
 RESET client_min_messages;
 SELECT count(*) AS keys_after_reinstall FROM idempotency.keys;
 DROP EXTENSION idempotency;
+
+-- One session through an upgrade and a reinstall: a backend keeps the outcome
+-- labels of idempotency_begin's result and reads its row type from the type
+-- cache, and both follow.  The 0.2.0 declaration's row has no
+-- retry_after_seconds; after ALTER EXTENSION UPDATE it has, in the same
+-- session; a reinstall makes a new outcome type, whose labels are found again.
+SET client_min_messages = error;
+CREATE EXTENSION idempotency VERSION '0.2.0';
+RESET client_min_messages;
+SELECT outcome, attempt FROM idempotency_begin('s', 'held', request_hash('r'::text), lease => '1 minute');
+SELECT outcome FROM idempotency_begin('s', 'held', request_hash('other'::text));
+ALTER EXTENSION idempotency UPDATE TO '0.3.0';
+SELECT outcome, retry_after_seconds BETWEEN 1 AND 60 AS retry_after_seconds
+  FROM idempotency_begin('s', 'held', request_hash('r'::text));
+DROP EXTENSION idempotency;
+SET client_min_messages = error;
+CREATE EXTENSION idempotency;
+RESET client_min_messages;
+SELECT outcome, attempt FROM idempotency_begin('s', 'held', request_hash('r'::text), lease => '1 minute');
+SELECT outcome FROM idempotency_begin('s', 'held', request_hash('other'::text));
+DROP EXTENSION idempotency;

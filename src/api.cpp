@@ -22,10 +22,13 @@ extern "C"
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
+#include "utils/typcache.h"
 #include "utils/wait_event.h"
 }
 
@@ -370,31 +373,61 @@ bool answer_from_shard_read(const BeginArgs &args, BeginAnswer *result)
     return true;
 }
 
-struct BeginResultType
+// The OIDs of the outcome enum's labels, kept for the backend: looked up per
+// call they cost four catalog cache probes, and a call in FROM gets a fresh
+// FmgrInfo per execution (a PL/pgSQL assignment one per transaction), so
+// fn_extra could not keep them.  Safe to keep: an enum's labels only change
+// through pg_enum (ALTER TYPE ... ADD or RENAME VALUE, DROP TYPE with the
+// extension), whose invalidations forget them, and a recreated type has
+// another OID, which misses the cache.
+struct OutcomeOids
 {
-    TupleDesc desc;
-    Oid outcome_oids[4];
+    Oid enum_type = InvalidOid;
+    Oid labels[4];
 };
+static OutcomeOids outcome_oids_cache;
+static uint64 outcome_oids_invalidations = 0;
 
-// The result row type and the outcome enum's OIDs, looked up once per call site.
-const BeginResultType *begin_result_type(FunctionCallInfo fcinfo)
+static void forget_outcome_oids(Datum, int, uint32)
 {
-    if (fcinfo->flinfo->fn_extra)
-        return static_cast<const BeginResultType *>(fcinfo->flinfo->fn_extra);
-    MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
-    BeginResultType *type = static_cast<BeginResultType *>(palloc(sizeof(BeginResultType)));
-    TupleDesc desc;
-    if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
-        elog(ERROR, "idempotency_begin must return a composite type");
-    type->desc = BlessTupleDesc(desc);
-    Oid enum_type = TupleDescAttr(desc, 0)->atttypid;
+    outcome_oids_cache.enum_type = InvalidOid;
+    outcome_oids_invalidations++;
+}
+
+static OutcomeOids outcome_oids(Oid enum_type)
+{
+    static bool callback_registered = false;
+    if (!callback_registered)
+    {
+        CacheRegisterSyscacheCallback(ENUMOID, forget_outcome_oids, (Datum)0);
+        callback_registered = true;
+    }
+    if (outcome_oids_cache.enum_type == enum_type)
+        return outcome_oids_cache;
+    uint64 invalidations = outcome_oids_invalidations;
+    OutcomeOids found;
+    found.enum_type = enum_type;
     for (int i = 0; i < 4; i++)
-        type->outcome_oids[i] =
+        found.labels[i] =
             GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid, ObjectIdGetDatum(enum_type),
                             CStringGetDatum(outcome_labels[i]));
-    MemoryContextSwitchTo(old);
-    fcinfo->flinfo->fn_extra = type;
-    return type;
+    // Kept only if no invalidation arrived while reading (a catalog read can
+    // process them): the labels read before it may be outdated.
+    if (invalidations == outcome_oids_invalidations)
+        outcome_oids_cache = found;
+    return found;
+}
+
+// The row type the call was declared to return (an older version's
+// declaration has fewer columns), from the type cache, which follows ALTER
+// TYPE; pinned until ReleaseTupleDesc, and released by the resource owner if
+// the call fails before.
+static TupleDesc begin_result_desc(FunctionCallInfo fcinfo)
+{
+    Oid type = get_fn_expr_rettype(fcinfo->flinfo);
+    if (!OidIsValid(type))
+        type = get_func_rettype(fcinfo->flinfo->fn_oid);
+    return lookup_rowtype_tupdesc(type, -1);
 }
 
 // Result columns of idempotency_begin, in declaration order.  Called through
@@ -424,7 +457,7 @@ enum BeginColumn
 
 Datum begin_result(FunctionCallInfo fcinfo, const BeginAnswer &result)
 {
-    const BeginResultType *type = begin_result_type(fcinfo);
+    TupleDesc desc = begin_result_desc(fcinfo);
     Datum values[begin_column_count];
     bool nulls[begin_column_count];
     for (int i = 0; i < begin_column_count; i++)
@@ -433,7 +466,8 @@ Datum begin_result(FunctionCallInfo fcinfo, const BeginAnswer &result)
         values[out] = result.record.values[in];
         nulls[out] = result.record.nulls[in];
     };
-    values[out_outcome] = ObjectIdGetDatum(type->outcome_oids[int(result.outcome)]);
+    values[out_outcome] = ObjectIdGetDatum(
+        outcome_oids(TupleDescAttr(desc, 0)->atttypid).labels[int(result.outcome)]);
     nulls[out_outcome] = false;
     if (result.record.found)
     {
@@ -469,7 +503,9 @@ Datum begin_result(FunctionCallInfo fcinfo, const BeginAnswer &result)
             Int32GetDatum(int32(Max(int64(1), Min(seconds, int64(PG_INT32_MAX)))));
         nulls[out_retry_after_seconds] = false;
     }
-    return HeapTupleGetDatum(heap_form_tuple(type->desc, values, nulls));
+    HeapTuple row = heap_form_tuple(desc, values, nulls);
+    ReleaseTupleDesc(desc);
+    return HeapTupleGetDatum(row);
 }
 
 // ---------------------------------------------------------------------------

@@ -473,8 +473,8 @@ static Placement lock_placement(Oid keys, Datum scope)
 // writes are refused rather than left unsafe.
 static void force_two_phase()
 {
-    if (GetConfigOption("citus.version", true, false) == nullptr)
-        return; // Citus is not loaded in this backend: no coordinated transactions
+    if (!loaded())
+        return; // Citus is not loaded: no coordinated transactions
     using Use2PC = void (*)();
     static Use2PC use_2pc = nullptr;
     static bool looked_up = false;
