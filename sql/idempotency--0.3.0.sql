@@ -231,6 +231,7 @@ CREATE TABLE idempotency.keys (
     response_body_omitted boolean,
     claim_data       jsonb,
     sweep_at         timestamptz NOT NULL DEFAULT '-infinity',
+    shard_key        text,
     CONSTRAINT keys_pkey PRIMARY KEY (tenant, scope, key)
 );
 -- expires_at keeps its microseconds and is not indexed, so that a completion
@@ -246,6 +247,8 @@ COMMENT ON COLUMN idempotency.keys.tenant IS
 COMMENT ON COLUMN idempotency.keys.sweep_at IS
     'a whole second 1 to 2 seconds after expires_at: when the expiry sweep looks at the record';
 COMMENT ON INDEX idempotency.keys_sweep_at_idx IS 'drives expiry sweeps';
+COMMENT ON COLUMN idempotency.keys.shard_key IS
+    'with Citus and a tenant column of type bigint, integer or uuid: the scope as that type, which idempotency_distribute() distributes the keys by; NULL otherwise';
 REVOKE ALL ON SCHEMA idempotency FROM PUBLIC;
 REVOKE ALL ON TABLE idempotency.keys FROM PUBLIC;
 -- pg_dump must keep the keys: a restore that dropped them would let every
@@ -436,6 +439,87 @@ REVOKE ALL ON FUNCTION @extschema@.idempotency_scope_stats_refresh() FROM PUBLIC
 -- which PL/pgSQL plans when it runs: the extension does not need Citus.
 -- ---------------------------------------------------------------------------
 
+-- For Citus tenants of type bigint, integer or uuid: the functions that Citus
+-- delegates by their scope, with the scope as a bigint or a uuid.  Citus
+-- delegates a call only when its scope converts to the tenant column's type
+-- by an assignment cast, which text has not (and a bigint has to integer).
+-- The scope is the argument's text, so they name the text functions' keys.
+-- idempotency_distribute() creates them on every node, as members of the
+-- extension with the text functions' grants, and only then: elsewhere the
+-- functions' names stay unique, as GRANT ... ON FUNCTION idempotency_begin
+-- without an argument list needs.  Returns the variants it created.
+CREATE FUNCTION idempotency.create_scope_variants(scope_type regtype)
+    RETURNS SETOF regprocedure
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+DECLARE
+    api record;
+    variant regprocedure;
+    grantee oid;
+BEGIN
+    IF scope_type OPERATOR(pg_catalog.<>) ALL (ARRAY['pg_catalog.int8'::pg_catalog.regtype,
+                                                     'pg_catalog.uuid'::pg_catalog.regtype]) THEN
+        RAISE EXCEPTION 'scope variants are of type bigint or uuid, not %', scope_type
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR api IN
+        SELECT p.oid, p.proname, p.pronamespace, p.proacl, p.proowner,
+               pg_catalog.format('%I.%I(%s)', p.pronamespace::pg_catalog.regnamespace, p.proname,
+                                 pg_catalog.regexp_replace(pg_catalog.pg_get_function_arguments(p.oid),
+                                                           '^scope text', 'scope ' OPERATOR(pg_catalog.||) scope_type::text))
+                 OPERATOR(pg_catalog.||) ' RETURNS ' OPERATOR(pg_catalog.||) pg_catalog.pg_get_function_result(p.oid)
+                 OPERATOR(pg_catalog.||) pg_catalog.format(' AS %L, %L LANGUAGE c', p.probin, p.prosrc)
+                 OPERATOR(pg_catalog.||) CASE p.provolatile WHEN 'v' THEN ' VOLATILE' WHEN 's' THEN ' STABLE' ELSE ' IMMUTABLE' END
+                 OPERATOR(pg_catalog.||) CASE p.proparallel WHEN 'u' THEN ' PARALLEL UNSAFE' WHEN 'r' THEN ' PARALLEL RESTRICTED' ELSE ' PARALLEL SAFE' END
+                 OPERATOR(pg_catalog.||) CASE WHEN p.proretset THEN ' ROWS ' OPERATOR(pg_catalog.||) p.prorows::text ELSE '' END
+                 AS definition
+          FROM pg_catalog.pg_proc AS p
+          JOIN pg_catalog.pg_depend AS d
+            ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND d.objid OPERATOR(pg_catalog.=) p.oid
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+          JOIN pg_catalog.pg_extension AS e
+            ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+           AND e.extname OPERATOR(pg_catalog.=) 'idempotency'
+         WHERE p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['idempotency_begin', 'idempotency_complete',
+                 'idempotency_checkpoint', 'idempotency_release', 'idempotency_forget',
+                 'idempotency_lookup', 'idempotency_keys'])
+           AND p.proargtypes[0] OPERATOR(pg_catalog.=) 'pg_catalog.text'::pg_catalog.regtype
+         ORDER BY p.proname
+    LOOP
+        BEGIN
+            EXECUTE 'CREATE FUNCTION ' OPERATOR(pg_catalog.||) api.definition;
+        EXCEPTION WHEN duplicate_function THEN
+            CONTINUE; -- made by an earlier call
+        END;
+        SELECT q.oid INTO variant
+          FROM pg_catalog.pg_proc AS q
+         WHERE q.proname OPERATOR(pg_catalog.=) api.proname
+           AND q.pronamespace OPERATOR(pg_catalog.=) api.pronamespace
+           AND q.proargtypes[0] OPERATOR(pg_catalog.=) scope_type;
+        EXECUTE pg_catalog.format('ALTER EXTENSION idempotency ADD FUNCTION %s', variant);
+        EXECUTE pg_catalog.format('COMMENT ON FUNCTION %s IS %L', variant,
+            pg_catalog.format('%s(text, ...) with the scope as a %s, for Citus tenants (see idempotency_distribute)',
+                              api.proname, scope_type));
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', variant);
+        FOR grantee IN
+            SELECT a.grantee FROM pg_catalog.aclexplode(api.proacl) AS a
+             WHERE a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+               AND a.grantee OPERATOR(pg_catalog.<>) api.proowner
+        LOOP
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', variant,
+                CASE WHEN grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                     ELSE grantee::pg_catalog.regrole::text END);
+        END LOOP;
+        RETURN NEXT variant;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION idempotency.create_scope_variants(regtype) IS
+    'for idempotency_distribute: the API functions Citus delegates by their scope, with the scope as a bigint or a uuid';
+REVOKE ALL ON FUNCTION idempotency.create_scope_variants(regtype) FROM PUBLIC;
+
 CREATE FUNCTION @extschema@.idempotency_distribute(colocate_with regclass) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -444,7 +528,14 @@ DECLARE
     dist record;
     column_type oid;
     column_collation oid;
+    distribution_column text;
+    scope_type oid;
     api regprocedure;
+    alter_keys text;
+    problem text;
+    problem_state text;
+    ddl_propagation text;
+    node record;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension AS e
                     WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
@@ -471,7 +562,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'table % is not distributed', colocate_with
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Distribute it by its tenant column (text COLLATE "C") with create_distributed_table() first.';
+                  HINT = 'Distribute it by its tenant column (bigint, integer, uuid or text COLLATE "C") with create_distributed_table() first.';
     END IF;
     IF dist.partmethod OPERATOR(pg_catalog.<>) 'h' THEN
         RAISE EXCEPTION 'table % is not hash-distributed', colocate_with
@@ -487,21 +578,81 @@ BEGIN
       FROM pg_catalog.pg_attribute AS a
      WHERE a.attrelid OPERATOR(pg_catalog.=) colocate_with
        AND a.attname OPERATOR(pg_catalog.=) dist.column_name;
-    IF column_type OPERATOR(pg_catalog.<>) 'pg_catalog.text'::pg_catalog.regtype
-       OR column_collation OPERATOR(pg_catalog.<>) 'pg_catalog."C"'::pg_catalog.regcollation THEN
-        RAISE EXCEPTION 'the distribution column % of table % is not text COLLATE "C"',
+    IF column_type OPERATOR(pg_catalog.=) 'pg_catalog.text'::pg_catalog.regtype
+       AND column_collation OPERATOR(pg_catalog.=) 'pg_catalog."C"'::pg_catalog.regcollation THEN
+        distribution_column := 'scope';
+        scope_type := 'pg_catalog.text'::pg_catalog.regtype;
+    ELSIF column_type OPERATOR(pg_catalog.=) ANY (ARRAY['pg_catalog.int8'::pg_catalog.regtype,
+                                                         'pg_catalog.int4'::pg_catalog.regtype,
+                                                         'pg_catalog.uuid'::pg_catalog.regtype]) THEN
+        -- Citus co-locates tables only by columns of one type: shard_key
+        -- becomes the tenant column's type, holding each key's scope read as
+        -- that type, and joins the primary key, as Citus requires of the
+        -- distribution column.
+        alter_keys := pg_catalog.format(
+            'ALTER TABLE idempotency.keys ALTER COLUMN shard_key TYPE %1$s USING scope::%1$s, '
+            'DROP CONSTRAINT keys_pkey, '
+            'ADD CONSTRAINT keys_pkey PRIMARY KEY (tenant, scope, key, shard_key)',
+            column_type::pg_catalog.regtype);
+        BEGIN
+            EXECUTE alter_keys;
+        EXCEPTION WHEN data_exception THEN
+            GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT, problem_state = RETURNED_SQLSTATE;
+            RAISE EXCEPTION 'the scope of a stored key is not a value of type %, the type of the distribution column % of table %',
+                            column_type::pg_catalog.regtype, dist.column_name, colocate_with
+                USING ERRCODE = problem_state, DETAIL = problem,
+                      HINT = 'Every scope must be a tenant''s value. Forget the keys of other scopes, or wait for them to expire, then call this function again.';
+        END;
+        scope_type := CASE WHEN column_type OPERATOR(pg_catalog.=) 'pg_catalog.uuid'::pg_catalog.regtype
+                           THEN 'pg_catalog.uuid'::pg_catalog.regtype
+                           ELSE 'pg_catalog.int8'::pg_catalog.regtype END;
+        -- The variants belong to the extension: made on each node by its
+        -- own function, as its script made the text functions, not
+        -- propagated by Citus.
+        ddl_propagation := pg_catalog.current_setting('citus.enable_ddl_propagation');
+        PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
+        PERFORM idempotency.create_scope_variants(scope_type::pg_catalog.regtype);
+        PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', ddl_propagation, true);
+        -- The workers have the table too (Citus created the extension on
+        -- them), and Citus checks its columns there; and the calls it
+        -- delegates need the variants there: the same changes, which Citus
+        -- runs in a transaction of its own on each (one statement, whose
+        -- error Citus reports).  Their table is empty and unused (the
+        -- functions refuse it), so the changes are harmless if the
+        -- distribution fails after them, and made again by the next call.
+        FOR node IN
+            SELECT * FROM pg_catalog.run_command_on_workers(pg_catalog.format(
+                'DO $do$ BEGIN '
+                'PERFORM pg_catalog.set_config(''citus.enable_ddl_propagation'', ''off'', true); '
+                'EXECUTE %L; '
+                'PERFORM idempotency.create_scope_variants(%L); '
+                'END $do$',
+                alter_keys, scope_type::pg_catalog.regtype))
+        LOOP
+            IF NOT node.success THEN
+                RAISE EXCEPTION 'could not change idempotency.keys on node %:%', node.nodename, node.nodeport
+                    USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = node.result;
+            END IF;
+        END LOOP;
+        distribution_column := 'shard_key';
+    ELSE
+        RAISE EXCEPTION 'the distribution column % of table % is not of type bigint, integer, uuid or text COLLATE "C"',
                         dist.column_name, colocate_with
             USING ERRCODE = 'feature_not_supported',
-                  DETAIL = 'The keys are distributed by their scope, text COLLATE "C"; Citus co-locates only columns of the same type and collation, and the tenant column must hold the scope.',
-                  HINT = 'Declare the tenant column text COLLATE "C" and pass its value as the scope.';
+                  DETAIL = 'The keys are distributed by the scope read as the tenant column''s type; these are the types this extension reads and tests.',
+                  HINT = 'Declare the tenant column bigint, integer, uuid or text COLLATE "C", and pass its value as the scope.';
     END IF;
-    PERFORM pg_catalog.create_distributed_table('idempotency.keys', 'scope',
+    PERFORM pg_catalog.create_distributed_table('idempotency.keys', distribution_column,
                                                 colocate_with => colocate_with::text);
     -- The rows were copied to the shards; the table itself is a shell now.
     PERFORM pg_catalog.truncate_local_data_after_distributing_table('idempotency.keys');
     -- Each call is delegated to the node of its scope's shard, also inside a
     -- transaction block (force_delegation), where it joins the transaction
-    -- on that node.
+    -- on that node.  With a typed tenant, the variants whose scope is a
+    -- bigint (for bigint and integer tenants) or a uuid (see
+    -- create_scope_variants).  The text functions then run where they are
+    -- called: on the coordinator they answer IK005, in a distributed handler
+    -- they find the local shard.
     FOR api IN
         SELECT p.oid::pg_catalog.regprocedure
           FROM pg_catalog.pg_proc AS p
@@ -515,6 +666,7 @@ BEGIN
          WHERE p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['idempotency_begin', 'idempotency_complete',
                  'idempotency_checkpoint', 'idempotency_release', 'idempotency_forget',
                  'idempotency_lookup', 'idempotency_keys'])
+           AND p.proargtypes[0] OPERATOR(pg_catalog.=) scope_type
          ORDER BY p.proname
     LOOP
         PERFORM pg_catalog.create_distributed_function(api, 'scope',
@@ -523,7 +675,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.idempotency_distribute(regclass) IS
-    'with Citus: distribute idempotency.keys by scope, co-located with a table distributed by its tenant column (text COLLATE "C"), and delegate the API functions to the scope''s node';
+    'with Citus: distribute idempotency.keys by the scope read as the tenant column''s type (bigint, integer, uuid or text COLLATE "C"), co-located with that table, and delegate the API functions to the scope''s node';
 REVOKE ALL ON FUNCTION @extschema@.idempotency_distribute(regclass) FROM PUBLIC;
 
 -- Without shared_preload_libraries the functions work, but nothing expires

@@ -10,6 +10,7 @@ extern "C"
 #include "access/xlog.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 }
 
@@ -62,11 +63,32 @@ Oid tenant_of_caller()
     return settings::tenant_isolation == settings::tenant_isolation_role ? GetUserId() : InvalidOid;
 }
 
+Datum scope_arg(FunctionCallInfo fcinfo)
+{
+    Datum scope = required_arg(fcinfo, 0, "scope");
+    // The declared type, from the call's expression (or, for a call without
+    // one, from the catalog).
+    Oid type = get_fn_expr_argtype(fcinfo->flinfo, 0);
+    if (!OidIsValid(type))
+    {
+        Oid *types;
+        int count;
+        get_func_signature(fcinfo->flinfo->fn_oid, &types, &count);
+        type = types[0];
+    }
+    if (type == TEXTOID)
+        return PointerGetDatum(DatumGetTextPP(scope));
+    Oid output;
+    bool varlena;
+    getTypeOutputInfo(type, &output, &varlena);
+    return CStringGetTextDatum(OidOutputFunctionCall(output, scope));
+}
+
 store::Key key_args(FunctionCallInfo fcinfo)
 {
     store::Key args;
     args.tenant = tenant_of_caller();
-    args.scope = PointerGetDatum(DatumGetTextPP(required_arg(fcinfo, 0, "scope")));
+    args.scope = scope_arg(fcinfo);
     args.key = PointerGetDatum(DatumGetTextPP(required_arg(fcinfo, 1, "key")));
     switch (key_problem(args.scope, args.key))
     {

@@ -1,6 +1,8 @@
 // Citus support: see citus.hpp for the protocol and the cache.
 #include "citus.hpp"
+#include "boundary.hpp"
 #include "module.hpp"
+#include "store.hpp"
 
 extern "C"
 {
@@ -66,8 +68,12 @@ struct Layout
     uint64 generation; // of `invalidations` when it was read
     bool distributed;  // hash-distributed by Citus
     uint32 colocation; // its co-location group
+    bool by_shard_key; // by shard_key, a typed tenant (else by scope, text)
+    Oid key_type;      // the distribution column's type
     Oid collation;     // of the distribution column
     FmgrInfo hash;     // the column type's standard hash function
+    FmgrInfo input;    // by_shard_key: the type's input function, and its
+    Oid input_param;   //   type parameter, which read the scope as that type
     int32 group;       // this node's group: 0 on the coordinator, -1 without Citus
     int shard_count;   // shards, sorted by the start of their range
     Shard *shards;
@@ -179,13 +185,28 @@ static void read_partition(Layout &next, Oid pg_dist_partition)
     if (method != 'h' || partkey == nullptr || next.colocation == 0)
         unsupported_layout("It is not hash-distributed by scope (a reference, single-shard or "
                            "Citus local table).");
+    // By scope (text), or by shard_key (made the type of a tenant column of
+    // another type by idempotency_distribute()).
     const Var *var = static_cast<const Var *>(stringToNode(partkey));
-    if (!IsA(var, Var) || var->vartype != TEXTOID)
-        unsupported_layout("Its distribution column is not the text column scope.");
+    bool by_scope =
+        IsA(var, Var) && var->varattno == store::col_scope + 1 && var->vartype == TEXTOID;
+    next.by_shard_key =
+        IsA(var, Var) && var->varattno == store::col_shard_key + 1 &&
+        (var->vartype == INT8OID || var->vartype == INT4OID || var->vartype == UUIDOID);
+    if (!by_scope && !next.by_shard_key)
+        unsupported_layout("Its distribution column is neither the text column scope nor "
+                           "shard_key of type bigint, integer or uuid.");
     TypeCacheEntry *type = lookup_type_cache(var->vartype, TYPECACHE_HASH_PROC_FINFO);
     if (!OidIsValid(type->hash_proc))
         unsupported_layout("Its distribution column's type has no hash function.");
     fmgr_info_copy(&next.hash, &type->hash_proc_finfo, layout_context);
+    if (next.by_shard_key)
+    {
+        Oid input;
+        getTypeInputInfo(var->vartype, &input, &next.input_param);
+        fmgr_info_cxt(input, &next.input, layout_context);
+    }
+    next.key_type = var->vartype;
     next.collation = var->varcollid;
     next.distributed = true;
 }
@@ -363,13 +384,47 @@ static Placement placement_at(const Layout &layout, int index)
     return Placement{true, shard.id, index, layout.colocation, shard.local};
 }
 
+// Names the tenant column's type in the errors of reading a scope as it.
+static void scope_value_context(void *type)
+{
+    errcontext("reading the scope as a value of the distributed keys' tenant type, %s",
+               format_type_be(*static_cast<Oid *>(type)));
+}
+
+// The scope (text) as a value of `type`, read by the type's input function:
+// what Citus does with a text distribution argument of a function co-located
+// with a table of another type (a CoerceViaIO), so that '42', '042' and '+42'
+// all name the shard of the bigint 42.
+static Datum scope_value(FmgrInfo *input, Oid input_param, Oid type, Datum scope)
+{
+    ErrorContextCallback context = {error_context_stack, scope_value_context, &type};
+    error_context_stack = &context;
+    Datum value = InputFunctionCall(input, text_to_cstring(DatumGetTextPP(scope)), input_param, -1);
+    error_context_stack = context.previous;
+    return value;
+}
+
+Datum scope_as(Oid type, Datum scope)
+{
+    Oid input, input_param;
+    getTypeInputInfo(type, &input, &input_param);
+    FmgrInfo input_function;
+    fmgr_info(input, &input_function);
+    return scope_value(&input_function, input_param, type, scope);
+}
+
 static Placement place(Oid keys, Datum scope)
 {
     const Layout &current = layout_of(keys);
     if (!current.distributed)
         return Placement{false, 0, -1, 0, current.group <= 0};
+    // (The input functions of bigint, integer and uuid read no catalog: the
+    // layout stays current.)
+    Datum value = current.by_shard_key ? scope_value(const_cast<FmgrInfo *>(&current.input),
+                                                     current.input_param, current.key_type, scope)
+                                       : scope;
     int32 hash = DatumGetInt32(
-        FunctionCall1Coll(const_cast<FmgrInfo *>(&current.hash), current.collation, scope));
+        FunctionCall1Coll(const_cast<FmgrInfo *>(&current.hash), current.collation, value));
     int low = 0, high = current.shard_count - 1;
     while (low <= high)
     {
@@ -681,13 +736,52 @@ static bool delegated_by_scope(Oid function)
     return ours;
 }
 
+// Reads fcinfo's argument 0, a scope, as a value of the type in argument 1.
+static Datum read_scope_as(FunctionCallInfo fcinfo)
+{
+    (void)scope_as(DatumGetObjectId(fcinfo->args[1].value), fcinfo->args[0].value);
+    return (Datum)0;
+}
+
+// With a typed tenant, Citus converts a delegated call's scope to the
+// tenant's type (a bigint scope to an integer tenant, say), and a scope that
+// is not a value of it fails there, in planning, with the statement in the
+// log -- whose text may hold request data.  The scope (of type `type`) is read
+// here first, as the functions read it, through the error boundary that
+// keeps the statement out.
+static void check_typed_scope(Datum scope, Oid type)
+{
+    Oid keys = store::keys_table();
+    if (!OidIsValid(keys))
+        return;
+    const Layout &current = layout_of(keys);
+    if (!current.distributed || !current.by_shard_key)
+        return;
+    Datum text = scope;
+    if (type != TEXTOID)
+    {
+        Oid output;
+        bool varlena;
+        getTypeOutputInfo(type, &output, &varlena);
+        text = CStringGetTextDatum(OidOutputFunctionCall(output, scope));
+    }
+    LOCAL_FCINFO(read, 2);
+    InitFunctionCallInfoData(*read, nullptr, 2, InvalidOid, nullptr, nullptr);
+    read->args[0].value = text;
+    read->args[0].isnull = false;
+    read->args[1].value = ObjectIdGetDatum(current.key_type);
+    read->args[1].isnull = false;
+    errors_without_request_data(read_scope_as, read);
+}
+
 // Citus delegates a distributed function's call to the node of its
 // distribution argument after the planner has folded the arguments, and
 // hashes that value without a NULL check: a NULL scope would crash the
 // backend.  This hook runs before Citus's planner (the library is loaded
 // after Citus) and refuses such a call with the error the function itself
 // gives, folding the scope argument the way the planner will (bound
-// parameters included).
+// parameters included); and it reads a scope for a typed tenant
+// (check_typed_scope).
 static PlannedStmt *refuse_null_scope(Query *query, const char *text, int options,
                                       ParamListInfo params)
 {
@@ -705,6 +799,9 @@ static PlannedStmt *refuse_null_scope(Query *query, const char *text, int option
         if (IsA(scope, Const) && castNode(Const, scope)->constisnull)
             ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                             errmsg("scope must not be null"), errhidestmt(true)));
+        if (IsA(scope, Const) && !castNode(Const, scope)->constisnull)
+            check_typed_scope(castNode(Const, scope)->constvalue,
+                              castNode(Const, scope)->consttype);
     }
     return previous_planner != nullptr ? previous_planner(query, text, options, params)
                                        : standard_planner(query, text, options, params);

@@ -7,7 +7,11 @@
 // write for a scope then goes to the shard that holds the scope:
 //  1. the scope is hashed as Citus hashes the distribution column (the type's
 //     standard hash function under the column's collation) and the shard
-//     whose hash range holds the value is picked;
+//     whose hash range holds the value is picked.  The column is scope (text
+//     tenants), or shard_key, made the type of a bigint, integer or uuid
+//     tenant column by idempotency_distribute(): the scope is then read as
+//     that type first (its input function), as Citus reads a text
+//     distribution argument of a function co-located with such a table;
 //  2. the lock Citus's own executor takes before it writes a shard is taken:
 //     ShareLock on the co-located shards' metadata (advisory space: the
 //     shard's index in the sorted shard list, the co-location id, class 8).
@@ -63,6 +67,9 @@ namespace idempotency::citus
 // read_placement).  IK005 when that shard is not placed here.
 Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode);
 
+// The scope (text) as a value of `type`, the type of a typed tenant column
+// (bigint, integer or uuid): what shard_key holds.
+Datum scope_as(Oid type, Datum scope);
 // Whether Citus is loaded in this server.
 bool loaded();
 

@@ -221,9 +221,7 @@ void put_key_row(ReturnSetInfo *result, const Record &record)
 // page starts after the last key returned.
 IDEMPOTENCY_FUNCTION(idempotency_keys)
 {
-    store::Key scope = {tenant_of_caller(),
-                        PointerGetDatum(DatumGetTextPP(required_arg(fcinfo, 0, "scope"))),
-                        (Datum)0};
+    store::Key scope = {tenant_of_caller(), scope_arg(fcinfo), (Datum)0};
     Datum after_key = has_arg(fcinfo, 1) ? PointerGetDatum(PG_GETARG_TEXT_PP(1)) : (Datum)0;
     int32 max_keys = 100;
     optional_int_arg(fcinfo, 2, &max_keys);

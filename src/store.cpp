@@ -131,15 +131,21 @@ static Relation open_primary_key(Relation heap, LOCKMODE lockmode)
     }
 }
 
-// The layout of the table: that of this version or of 0.1.0 (see
-// columns_0_1_0), with a primary key on (tenant, scope, key) or (scope, key).
+// The layout of the table: that of this version, of 0.2.0 or of 0.1.0 (see
+// columns_0_2_0 and columns_0_1_0), with a primary key on (tenant, scope,
+// key) or (scope, key) -- or (tenant, scope, key, shard_key) when Citus
+// distributes the keys by shard_key, as it takes the distribution column in
+// every unique constraint.  shard_key is a function of the scope, so the
+// three columns before it still identify a record.
 static int table_columns(const Storage &storage)
 {
     int columns = RelationGetDescr(storage.heap)->natts;
-    if (columns != column_count && columns != columns_0_1_0)
+    if (columns != column_count && columns != columns_0_2_0 && columns != columns_0_1_0)
         report_changed_storage(psprintf("has %d columns, expected %d", columns, (int)column_count));
     int key_columns = IndexRelationGetNumberOfKeyAttributes(storage.pkey);
-    if (key_columns != (columns > col_tenant ? 3 : 2))
+    bool with_shard_key = key_columns == 4 && columns > col_shard_key &&
+                          storage.pkey->rd_index->indkey.values[3] == col_shard_key + 1;
+    if (key_columns != (columns > col_tenant ? 3 : 2) && !with_shard_key)
         report_changed_storage(psprintf("has a primary key of %d columns", key_columns));
     return columns;
 }
@@ -182,11 +188,16 @@ Storage open(LOCKMODE lockmode, Datum scope)
     return storage;
 }
 
+Oid keys_table()
+{
+    return lock_heap(AccessShareLock, false);
+}
+
 bool keys_in_shards()
 {
     if (!citus::loaded())
         return false;
-    Oid heap = lock_heap(AccessShareLock, false);
+    Oid heap = keys_table();
     return OidIsValid(heap) && citus::distributes(heap);
 }
 
@@ -569,11 +580,25 @@ static void written(Storage &storage, Record &record, const TupleTableSlot *slot
     CommandCounterIncrement();
 }
 
+// shard_key: NULL while the column is text (no typed Citus tenant), else the
+// scope as the column's type -- which the shard of the scope was chosen by.
+static void set_shard_key(const Storage &storage, Record &record)
+{
+    if (!storage.has(col_shard_key))
+        return;
+    Oid type = TupleDescAttr(RelationGetDescr(storage.heap), col_shard_key)->atttypid;
+    if (type == TEXTOID)
+        record.set_null(col_shard_key);
+    else
+        record.set(col_shard_key, citus::scope_as(type, record.values[col_scope]));
+}
+
 void insert_record(Storage &storage, const Key &key, Record &record)
 {
     record.set(col_tenant, ObjectIdGetDatum(key.tenant));
     record.set(col_scope, key.scope);
     record.set(col_key, key.key);
+    set_shard_key(storage, record);
     WriteContext *writes = start_writes(storage);
     TupleTableSlot *slot = store_values(writes->new_version, record);
     run_write([&] { ExecSimpleRelationInsert(writes->result, writes->estate, slot); });

@@ -89,6 +89,8 @@ enum Column
     col_response_body_omitted, // the response was over idempotency.max_response_bytes
     col_claim_data,            // what the holder of a claim said about it
     col_sweep_at,              // a whole second 1-2 s after expires_at: the expiry index's key
+    // 0.3.0
+    col_shard_key, // text and NULL, or the scope as the Citus tenant column's type (citus.hpp)
     column_count
 };
 // The columns of a table still at 0.1.0: the library of a newer version runs
@@ -96,6 +98,9 @@ enum Column
 // from the restart that loads it).  Columns it lacks read as NULL, and the
 // primary key is (scope, key) without the tenant.
 constexpr int columns_0_1_0 = col_tenant;
+// The columns of a table still at 0.2.0 (or of a Citus shard made before the
+// update): all but shard_key, which only typed Citus tenants need.
+constexpr int columns_0_2_0 = col_shard_key;
 
 constexpr char status_in_progress = 'p';
 constexpr char status_completed = 'c';
@@ -108,7 +113,7 @@ struct Storage
     Relation heap;
     Relation pkey;
     LOCKMODE lockmode;
-    int columns;          // column_count, or columns_0_1_0 before the update
+    int columns;          // column_count, or columns_0_2_0 or _0_1_0 before the update
     WriteContext *writes; // set up by the first write, finished by close()
 
     bool has(Column column) const { return column < columns; }
@@ -183,6 +188,9 @@ struct Record
 // table, opens instead its shard that holds `scope` (citus.hpp).
 Storage open(LOCKMODE lockmode, Datum scope);
 
+// The OID of idempotency.keys, locked in AccessShareLock to the end of the
+// transaction; InvalidOid when the extension is not installed here.
+Oid keys_table();
 // Whether Citus distributes idempotency.keys, so that open() opens shards.
 // False at the cost of one test without Citus.
 bool keys_in_shards();

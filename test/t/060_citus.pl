@@ -17,61 +17,27 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $pkglibdir = `pg_config --pkglibdir`;
-chomp $pkglibdir;
-plan skip_all => "Citus is not installed (no citus library in $pkglibdir)"
-  unless -e "$pkglibdir/citus.so";
+plan skip_all => citus_missing() if citus_missing();
 
 my $db = 'postgres';
-my @conf = (
-	"shared_preload_libraries = 'citus, idempotency'",
-	# Logical shard moves (Cluster.pm turns replication off).
-	'wal_level = logical', 'max_wal_senders = 10', 'max_replication_slots = 10',
-	'max_prepared_transactions = 100',
-	'restart_after_crash = on',
-	# Tenant statistics, for doc/citus.md's word on them.
-	"citus.stat_tenants_track = 'all'",
-	"idempotency.expire_interval = '200ms'",
-	# The recovery of prepared transactions runs when the test asks.
-	"citus.recover_2pc_interval = '-1'",
-	# The nodes listen on a Unix socket: how a node connects to itself.
-	"citus.local_hostname = '$PostgreSQL::Test::Cluster::test_pghost'");
-# PG_TEST_CITUS_PORT: the first of three fixed ports, instead of free ones.
-my $port = $ENV{PG_TEST_CITUS_PORT};
-
-# new_node, on a fixed port when asked.
-sub citus_node
-{
-	my ($name, %params) = @_;
-	my $node = PostgreSQL::Test::Cluster->new($name,
-		defined $params{port} ? (port => $params{port}) : ());
-	$node->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
-	$node->append_conf('postgresql.conf', $_) for @{ $params{conf} };
-	$node->start;
-	return $node;
-}
-my @nodes = map {
-	citus_node(
-		"citus_$_",
-		conf => [
-			@conf,
-			# The coordinator's commits can be held at the synchronous
-			# replication wait of a session that asks for it.
-			$_ eq 'coordinator'
-			? ("synchronous_standby_names = 'nobody'", 'synchronous_commit = local')
-			: ()
-		],
-		defined $port ? (port => $port++) : ())
-} qw(coordinator worker1 worker2);
-my ($coordinator, @workers) = @nodes;
-$_->safe_psql($db, 'CREATE EXTENSION citus') for @nodes;
+my ($coordinator, @workers) = start_citus_cluster(
+	conf => [
+		'restart_after_crash = on',
+		# Tenant statistics, for doc/citus.md's word on them.
+		"citus.stat_tenants_track = 'all'",
+		"idempotency.expire_interval = '200ms'",
+		# The recovery of prepared transactions runs when the test asks.
+		"citus.recover_2pc_interval = '-1'"
+	],
+	# The coordinator's commits can be held at the synchronous replication
+	# wait of a session that asks for it.
+	coordinator_conf => [ "synchronous_standby_names = 'nobody'", 'synchronous_commit = local' ],
+	# PG_TEST_CITUS_PORT: the first of three fixed ports, instead of free ones.
+	port => $ENV{PG_TEST_CITUS_PORT});
+citus_database($db, $coordinator, @workers);
 
 sub query { return $coordinator->safe_psql($db, shift); }
 
-query(sprintf(q{SELECT citus_set_coordinator_host(%s, %d)},
-		quote($coordinator->host), $coordinator->port));
-query(sprintf(q{SELECT citus_add_node(%s, %d)}, quote($_->host), $_->port))
-  for @workers;
 # Citus creates the extension on the workers too.
 query(
 	q{CREATE EXTENSION idempotency;
@@ -242,6 +208,8 @@ query($create_handler);
 		  SELECT create_distributed_table('default_collation', 'tenant');
 		  CREATE TABLE by_number (tenant int PRIMARY KEY);
 		  SELECT create_distributed_table('by_number', 'tenant');
+		  CREATE TABLE by_name (tenant varchar PRIMARY KEY);
+		  SELECT create_distributed_table('by_name', 'tenant');
 		  CREATE TABLE reference (tenant text COLLATE "C" PRIMARY KEY);
 		  SELECT create_reference_table('reference');
 		  SET citus.enable_schema_based_sharding TO on;
@@ -258,8 +226,11 @@ query($create_handler);
 		'tenant_schema.orders' => [ '0A000', qr/is not hash-distributed.*single-shard/s ],
 		hold => [ '22023', qr/table (public\.)?hold is not distributed/ ],
 		reference => [ '0A000', qr/is not hash-distributed/ ],
-		default_collation => [ '0A000', qr/is not text COLLATE "C"/ ],
-		by_number => [ '0A000', qr/is not text COLLATE "C"/ ]);
+		default_collation => [ '0A000', qr/is not of type bigint, integer, uuid or text COLLATE "C"/ ],
+		by_name => [ '0A000', qr/is not of type bigint, integer, uuid or text COLLATE "C"/ ],
+		# Integer tenants are (test/t/061), but the keys stored here have
+		# text scopes: refused, with nothing changed.
+		by_number => [ '22P02', qr/the scope of a stored key is not a value of type integer/ ]);
 	for my $table (sort keys %refusals)
 	{
 		my ($sqlstate, $stderr) =

@@ -23,7 +23,7 @@ our @EXPORT = qw(
   lookup_key fields stored_response replayed_response body_is_toasted
   lease_running sql_error wait_for_crash_restart wait_for_lease_end
   wait_for_promotion keys_text wait_for_sweeps reload_with indexes_checked
-  start_pgbouncer
+  start_pgbouncer citus_missing start_citus_cluster citus_database
 );
 
 # A byte-string JSON decoder: each byte of psql's output stays one character,
@@ -44,6 +44,64 @@ sub new_node
 	return $node;
 }
 
+# Why the Citus tests cannot run here (the citus library is not installed),
+# or undef.
+sub citus_missing
+{
+	my $pkglibdir = `pg_config --pkglibdir`;
+	chomp $pkglibdir;
+	return -e "$pkglibdir/citus.so"
+	  ? undef
+	  : "Citus is not installed (no citus library in $pkglibdir)";
+}
+
+# Creates and starts a Citus coordinator and two workers on this machine,
+# each with the libraries preloaded (Citus first, as Citus requires) and what
+# shard moves and two-phase commit need; conf => [lines for every node],
+# coordinator_conf => [lines for the coordinator only], port => the first of
+# three fixed ports (PG_TEST_CITUS_PORT) instead of free ones.  Returns the
+# coordinator and the workers.
+sub start_citus_cluster
+{
+	my (%params) = @_;
+	my $port = $params{port};
+	my @base = (
+		"shared_preload_libraries = 'citus, idempotency'",
+		# Logical shard moves (Cluster.pm turns replication off).
+		'wal_level = logical', 'max_wal_senders = 10', 'max_replication_slots = 10',
+		'max_prepared_transactions = 100',
+		# The nodes listen on a Unix socket: how a node connects to itself.
+		"citus.local_hostname = '$PostgreSQL::Test::Cluster::test_pghost'");
+	my @nodes;
+	for my $role (qw(coordinator worker1 worker2))
+	{
+		my $node = PostgreSQL::Test::Cluster->new("citus_$role",
+			defined $port ? (port => $port++) : ());
+		$node->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
+		$node->append_conf('postgresql.conf', $_)
+		  for @base, @{ $params{conf} // [] },
+		  $role eq 'coordinator' ? @{ $params{coordinator_conf} // [] } : ();
+		$node->start;
+		push @nodes, $node;
+	}
+	return @nodes;
+}
+
+# Makes database $db (which must exist on every node) a Citus cluster: the
+# extension on every node, the coordinator and the workers in its metadata.
+sub citus_database
+{
+	my ($db, $coordinator, @workers) = @_;
+	$_->safe_psql($db, 'CREATE EXTENSION citus') for $coordinator, @workers;
+	$coordinator->safe_psql($db,
+		sprintf(q{SELECT citus_set_coordinator_host(%s, %d)},
+			quote($coordinator->host), $coordinator->port));
+	$coordinator->safe_psql($db,
+		sprintf(q{SELECT citus_add_node(%s, %d)}, quote($_->host), $_->port))
+	  for @workers;
+	return;
+}
+
 # Creates and starts a streaming standby of $primary from a fresh base backup.
 # Its name is also its application_name (Cluster.pm starts every node with
 # --cluster-name), which synchronous_standby_names refers to.
@@ -58,11 +116,13 @@ sub new_standby
 	return $standby;
 }
 
-# An SQL string literal (standard_conforming_strings is on).
+# An SQL string literal (standard_conforming_strings is on); NULL for undef;
+# a reference to a string is SQL of its own, inserted as is.
 sub quote
 {
 	my ($value) = @_;
 	return 'NULL' unless defined $value;
+	return $$value if ref $value eq 'SCALAR';
 	$value =~ s/'/''/g;
 	return "'$value'";
 }

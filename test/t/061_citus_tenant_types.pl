@@ -1,0 +1,256 @@
+# Citus with tenant columns of type bigint, integer and uuid, each in a
+# database of its own (the keys are distributed once per database):
+# idempotency_distribute() makes shard_key the tenant's type and distributes
+# the keys by it, co-located with the tenant's rows, moving the keys stored
+# before; a stored scope that is not a tenant value stops it, with nothing
+# changed.  Calls through the coordinator with the scope as a bigint (for
+# bigint and integer tenants) or a uuid are delegated by it, and the
+# functions on the node find the same shard (a router query by shard_key
+# finds every key); a text scope from the coordinator is IK005; a distributed
+# handler passes its typed tenant as text; a scope that is not a tenant value
+# fails before Citus plans the call, without the statement in the log; a
+# NULL one with 22004; and a shard move under load keeps orders = completed
+# keys.  Skipped, visibly, when the citus library is not installed.
+use strict;
+use warnings;
+use Digest::MD5 qw(md5_hex);
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+plan skip_all => citus_missing() if citus_missing();
+
+my ($coordinator, @workers) = start_citus_cluster();
+
+# The tenants of each type, as text: spread over the whole range, and for
+# bigint beyond integer's.
+my %tenants = (
+	bigint => [ map { $_ * 230_584_300_921_369_395 - 4_611_686_018_427_387_904 } 1 .. 40 ],
+	integer => [ map { $_ * 53_687_091 - 1_073_741_824 } 1 .. 40 ],
+	uuid => [
+		map {
+			my $h = md5_hex("tenant-$_");
+			join '-', substr($h, 0, 8), substr($h, 8, 4), substr($h, 12, 4), substr($h, 16, 4),
+			  substr($h, 20, 12)
+		} 1 .. 40
+	]);
+# A stored scope that is not a value of the type, and its SQLSTATE.
+my %not_a_tenant = (
+	bigint => [ 'tenant-x', '22P02' ],
+	integer => [ '99999999999', '22003' ],
+	uuid => [ 'tenant-x', '22P02' ]);
+# The type of the scope of the functions the coordinator delegates.
+my %scope_type = (bigint => 'bigint', integer => 'bigint', uuid => 'uuid');
+
+for my $type (qw(bigint integer uuid))
+{
+	my $db = "tenants_$type";
+	$_->safe_psql('postgres', "CREATE DATABASE $db") for $coordinator, @workers;
+	citus_database($db, $coordinator, @workers);
+	my $query = sub { return $coordinator->safe_psql($db, shift) };
+	my $order_sql = sub {
+		my ($tenant, $key) = @_;
+		return sprintf(
+			q{INSERT INTO orders (tenant_id, idem_key, item) VALUES (%s, %s, 'book')},
+			quote($tenant), quote($key));
+	};
+	my @tenant = @{ $tenants{$type} };
+	# The scope as the delegated functions take it.
+	my $typed = sub { my ($tenant) = @_; return \(quote($tenant) . "::$scope_type{$type}") };
+	$query->(
+		qq{CREATE EXTENSION idempotency;
+		   CREATE TABLE orders (tenant_id $type NOT NULL, id bigserial,
+		                        idem_key text NOT NULL, item text NOT NULL,
+		                        PRIMARY KEY (tenant_id, id));
+		   SELECT create_distributed_table('orders', 'tenant_id', shard_count => 4)});
+
+	# Keys stored before the distribution, on the coordinator.
+	is( run_request($coordinator, $db, $tenant[0], 'before', 'POST /orders', 201,
+			write => $order_sql->($tenant[0], 'before')),
+		"claimed 1\nt", "$type: a request before the keys are distributed");
+	my ($bad_scope, $bad_state) = @{ $not_a_tenant{$type} };
+	is(run_request($coordinator, $db, $bad_scope, 'k', 'POST /orders', 201),
+		"claimed 1\nt", "$type: a key of a scope that is not a $type");
+	my ($sqlstate, $stderr) =
+	  sql_error($coordinator, $db, q{SELECT idempotency_distribute('orders')});
+	is($sqlstate, $bad_state, "$type: idempotency_distribute refuses such a key ($bad_state)");
+	like(
+		$stderr,
+		qr/the scope of a stored key is not a value of type $type, the type of the distribution column tenant_id of table (public\.)?orders/,
+		"$type: ... and says why");
+	is( $query->(
+			q{SELECT count(*)::text FROM pg_dist_partition
+			   WHERE logicalrelid = 'idempotency.keys'::regclass}
+			  . q{ UNION ALL SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+			   WHERE attrelid = 'idempotency.keys'::regclass AND attname = 'shard_key'}),
+		"0\ntext", "$type: ... with nothing changed");
+	$query->(sprintf(q{DELETE FROM idempotency.keys WHERE scope = %s}, quote($bad_scope)));
+	if ($type eq 'bigint')
+	{
+		# A worker's own table (unused, but changed with the coordinator's)
+		# that cannot take the change stops it too, with nothing changed on
+		# the coordinator.
+		my $insert_bad_row =
+		  q{INSERT INTO idempotency.keys (scope, key, request, created_at, ttl, expires_at,
+		                                  status, attempt)
+		    VALUES ('tenant-x', 'k', request_hash('r'::text), now(), '1 day', now() + '1 day',
+		            'c', 1)};
+		$workers[1]->safe_psql($db, $insert_bad_row);
+		($sqlstate, $stderr) =
+		  sql_error($coordinator, $db, q{SELECT idempotency_distribute('orders')});
+		is($sqlstate, '55000', "$type: a worker's table that cannot change stops it (55000)");
+		like($stderr, qr/could not change idempotency.keys on node .*:@{[ $workers[1]->port ]}/,
+			"$type: ... naming the node");
+		is( $query->(
+				q{SELECT count(*)::text FROM pg_dist_partition
+				   WHERE logicalrelid = 'idempotency.keys'::regclass}
+				  . q{ UNION ALL SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+				   WHERE attrelid = 'idempotency.keys'::regclass AND attname = 'shard_key'}),
+			"0\ntext", "$type: ... with nothing changed on the coordinator");
+		$workers[1]->safe_psql($db, q{DELETE FROM idempotency.keys});
+	}
+
+	$query->(q{SELECT idempotency_distribute('orders')});
+	is( $query->(
+			q{SELECT column_to_column_name(logicalrelid, partkey),
+			         colocationid = (SELECT colocationid FROM pg_dist_partition
+			                          WHERE logicalrelid = 'orders'::regclass)
+			    FROM pg_dist_partition WHERE logicalrelid = 'idempotency.keys'::regclass}),
+		'shard_key|t', "$type: the keys are distributed by shard_key, co-located with orders");
+	is( $query->(
+			sprintf(q{BEGIN; SELECT outcome FROM %s; COMMIT},
+				begin_call($typed->($tenant[0]), 'before', 'POST /orders'))),
+		'replay',
+		"$type: the key stored before replays from its shard");
+	($sqlstate) = sql_error($coordinator, $db,
+		sprintf(q{SELECT * FROM %s}, begin_call($tenant[0], 'before', 'POST /orders')));
+	is($sqlstate, 'IK005', "$type: a text scope is not delegated: IK005 on the coordinator");
+
+	# Every tenant through the coordinator: Citus delegates each call by the
+	# scope read as $type, and the functions on the node must pick the
+	# same shard, else they answer IK005 (another node) or store the key
+	# where a router query by shard_key does not look (another shard of the
+	# node).
+	my @answers = map {
+		run_request($coordinator, $db, $typed->($_), 'k', 'POST /orders', 201,
+			write => $order_sql->($_, 'k'))
+	} @tenant;
+	is_deeply(\@answers, [ ("claimed 1\nt") x @tenant ],
+		"$type: a request of each of " . @tenant . ' tenants claims and completes');
+	is( $query->(
+			join ';',
+			map {
+				sprintf(q{SELECT count(*) FROM idempotency.keys
+				           WHERE shard_key = %s AND scope = %s AND key = 'k'},
+					quote($_), quote($_))
+			} @tenant),
+		join("\n", ('1') x @tenant),
+		"$type: a router query by shard_key finds each tenant's key");
+	is( $query->(
+			sprintf(q{BEGIN; SELECT outcome FROM %s; COMMIT},
+				begin_call($typed->($tenant[1]), 'k', 'POST /orders'))),
+		'replay', "$type: a retry replays");
+	is( $query->(
+			sprintf(q{SELECT status FROM idempotency_lookup(%s, 'k')}, ${ $typed->($tenant[1]) })),
+		'completed', "$type: a lookup is delegated too");
+
+	# A distributed handler with the typed tenant, which it passes as text.
+	$query->(
+		qq{CREATE FUNCTION place_order(p_tenant $type, p_key text, p_item text)
+		       RETURNS text LANGUAGE plpgsql AS \$\$
+		   DECLARE
+		       answer idempotency_begin_result;
+		   BEGIN
+		       answer := idempotency_begin(p_tenant::text, p_key, request_hash(p_item));
+		       IF answer.outcome <> 'claimed' THEN
+		           RETURN answer.outcome;
+		       END IF;
+		       INSERT INTO orders (tenant_id, idem_key, item) VALUES (p_tenant, p_key, p_item);
+		       PERFORM idempotency_complete(p_tenant::text, p_key, 201, NULL);
+		       RETURN answer.outcome;
+		   END
+		   \$\$;
+		   SELECT create_distributed_function('place_order($type, text, text)', 'p_tenant',
+		                                      colocate_with => 'orders')});
+	my $handler_call = sprintf(q{SELECT place_order(%s, 'handled', 'book')}, quote($tenant[3]));
+	is($query->($handler_call), 'claimed', "$type: the distributed handler claims");
+	is($query->($handler_call), 'replay', "$type: ... and replays");
+	is( $query->(
+			sprintf(q{SELECT count(*) FROM orders WHERE tenant_id = %s AND idem_key = 'handled'},
+				quote($tenant[3]))),
+		'1', "$type: ... one order");
+
+	# A scope that is not a tenant value fails before Citus plans the call,
+	# and the statement, which holds the request, stays out of the log.
+	# (An integer tenant's is a bigint beyond its range: Citus would convert
+	# it in planning.)
+	my $bad_call = $type eq 'integer' ? \'99999999999::bigint' : 'tenant-x';
+	my $log_offset = -s $coordinator->logfile;
+	($sqlstate, $stderr) = sql_error($coordinator, $db,
+		sprintf(q{SELECT * FROM %s}, begin_call($bad_call, 'k', 'secret-request-body')));
+	is($sqlstate, $bad_state, "$type: a call with a scope that is no $type fails ($bad_state)");
+	like($stderr, qr/reading the scope as a value of the distributed keys' tenant type, $type/,
+		"$type: ... saying what it read the scope as");
+	unlike(slurp_file($coordinator->logfile, $log_offset), qr/STATEMENT:.*secret-request-body/,
+		"$type: ... and the log does not show the statement");
+	($sqlstate) = sql_error($coordinator, $db,
+		sprintf(q{SELECT * FROM %s}, begin_call(\"NULL::$scope_type{$type}", 'k', 'POST /orders')));
+	is($sqlstate, '22004', "$type: a NULL scope fails with 22004 before Citus delegates it");
+
+	is($query->(q{SELECT count(*) FROM orders}),
+		$query->(q{SELECT count(*) FROM idempotency.keys WHERE status = 'c'}),
+		"$type: orders = completed keys");
+
+	next unless $type eq 'bigint';
+
+	# A logical shard move under load, through the handler.
+	my $script = PostgreSQL::Test::Utils::tempdir() . '/place_order.sql';
+	append_to_file($script,
+		    qq{\\set t random(1, 40)\n\\set key random(1, 100000)\n}
+		  . qq{SELECT place_order((:t)::bigint * 230584300921369395 - 4611686018427387904, }
+		  . qq{'load-' || :key, 'book');\n});
+	my ($out, $err) = ('', '');
+	my $before = $query->(q{SELECT count(*) FROM orders});
+	my $run = IPC::Run::start(
+		[
+			'pgbench', '-n', '-c', 4, '-j', 4, '-t', 400, '-f', $script,
+			'-h', $coordinator->host, '-p', $coordinator->port, $db
+		],
+		'>', \$out, '2>', \$err);
+	$coordinator->poll_query_until($db, "SELECT count(*) >= $before + 50 FROM orders")
+	  or die 'no load';
+	my ($shard, $from) = split /\|/, $query->(
+		sprintf(q{SELECT shardid, nodeport FROM pg_dist_shard_placement
+		           WHERE shardid = get_shard_id_for_distribution_column('orders', %s)},
+			quote($tenant[0])));
+	my ($source) = grep { $_->port == $from } @workers;
+	my ($target) = grep { $_->port != $from } @workers;
+	$query->(
+		sprintf(q{SELECT citus_move_shard_placement(%d, %s, %d, %s, %d, 'force_logical')},
+			$shard, quote($source->host), $source->port, quote($target->host), $target->port));
+	$run->finish;
+	like($out, qr/number of transactions actually processed: [1-9]/, "$type move: requests ran")
+	  or diag($err);
+	unlike($err, qr/ERROR:  (?!.*not stored on this node)/,
+		"$type move: no error but IK005 (not routed, retryable)");
+	is( $query->(
+			sprintf(q{SELECT nodeport FROM pg_dist_shard_placement
+			           WHERE shardid = get_shard_id_for_distribution_column('idempotency.keys', %s)},
+				quote($tenant[0]))),
+		$target->port,
+		"$type move: the keys of tenant $tenant[0] moved with its orders");
+	is($query->(q{SELECT count(*) FROM orders}),
+		$query->(q{SELECT count(*) FROM idempotency.keys WHERE status = 'c'}),
+		"$type move: orders = completed keys");
+	is( $query->(
+			sprintf(q{BEGIN; SELECT outcome FROM %s; COMMIT},
+				begin_call($typed->($tenant[0]), 'before', 'POST /orders'))),
+		'replay',
+		"$type move: a key of the moved shard replays from its new node");
+}
+
+done_testing();
