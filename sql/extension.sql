@@ -66,3 +66,15 @@ RESET client_min_messages;
 SELECT outcome, attempt FROM idempotency_begin('s', 'held', request_hash('r'::text), lease => '1 minute');
 SELECT outcome FROM idempotency_begin('s', 'held', request_hash('other'::text));
 DROP EXTENSION idempotency;
+
+-- An update that finds a column shard_key it did not add refuses (42701),
+-- and the extension stays at 0.2.0.
+SET client_min_messages = error;
+CREATE EXTENSION idempotency VERSION '0.2.0';
+RESET client_min_messages;
+ALTER TABLE idempotency.keys ADD COLUMN shard_key integer;
+\set VERBOSITY terse
+ALTER EXTENSION idempotency UPDATE TO '0.3.0';
+\set VERBOSITY default
+SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
+DROP EXTENSION idempotency;

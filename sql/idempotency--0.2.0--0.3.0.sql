@@ -45,7 +45,36 @@ ALTER TYPE @extschema@.idempotency_begin_result ADD ATTRIBUTE retry_after_second
 -- turns this column into the tenant column's type and distributes the keys by
 -- it.  NULL, and no cost but a bit of the null bitmap, everywhere else.  The
 -- last column, as a fresh install has it.
-ALTER TABLE idempotency.keys ADD COLUMN shard_key text;
+-- With keys that Citus already distributes (by scope), Citus adds the column
+-- on the workers too, from the coordinator's script, before it runs each
+-- worker's: there the column is found, of this type, and kept.  Any other
+-- column of that name is not this extension's.
+DO $$
+DECLARE
+    present pg_catalog.regtype;
+    added_by_citus boolean := false;
+BEGIN
+    SELECT a.atttypid INTO present
+      FROM pg_catalog.pg_attribute AS a
+     WHERE a.attrelid OPERATOR(pg_catalog.=) 'idempotency.keys'::pg_catalog.regclass
+       AND a.attname OPERATOR(pg_catalog.=) 'shard_key'
+       AND NOT a.attisdropped;
+    IF NOT FOUND THEN
+        ALTER TABLE idempotency.keys ADD COLUMN shard_key text;
+        RETURN;
+    END IF;
+    IF present OPERATOR(pg_catalog.=) 'pg_catalog.text'::pg_catalog.regtype
+       AND pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        added_by_citus := EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p
+                                   WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idempotency.keys'::pg_catalog.regclass);
+    END IF;
+    IF NOT added_by_citus THEN
+        RAISE EXCEPTION 'table idempotency.keys already has a column shard_key'
+            USING ERRCODE = 'duplicate_column',
+                  HINT = 'Rename or drop that column; the extension adds one of its own.';
+    END IF;
+END
+$$;
 COMMENT ON COLUMN idempotency.keys.shard_key IS
     'with Citus and a tenant column of type bigint, integer or uuid: the scope as that type, which idempotency_distribute() distributes the keys by; NULL otherwise';
 
@@ -320,6 +349,15 @@ DECLARE
     moved bigint;
     prefixed bigint;
 BEGIN
+    -- A Citus worker runs this script inside the coordinator's update, where
+    -- reading the distributed keys would be a nested distributed query,
+    -- which Citus refuses; the coordinator's run reads them all.
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL THEN
+        IF EXISTS (SELECT FROM pg_catalog.pg_dist_local_group AS g
+                    WHERE g.groupid OPERATOR(pg_catalog.>) 0) THEN
+            RETURN;
+        END IF;
+    END IF;
     SELECT pg_catalog.age(a.xmin) OPERATOR(pg_catalog.=) 0 INTO from_0_1_0
       FROM pg_catalog.pg_attribute AS a
      WHERE a.attrelid OPERATOR(pg_catalog.=) 'idempotency.keys'::pg_catalog.regclass

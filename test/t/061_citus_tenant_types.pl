@@ -10,7 +10,8 @@
 # handler passes its typed tenant as text; a scope that is not a tenant value
 # fails before Citus plans the call, without the statement in the log; a
 # NULL one with 22004; and a shard move under load keeps orders = completed
-# keys.  Skipped, visibly, when the citus library is not installed.
+# keys.  And an update from 0.2.0 of keys distributed by a text scope.
+# Skipped, visibly, when the citus library is not installed.
 use strict;
 use warnings;
 use Digest::MD5 qw(md5_hex);
@@ -251,6 +252,40 @@ for my $type (qw(bigint integer uuid))
 				begin_call($typed->($tenant[0]), 'before', 'POST /orders'))),
 		'replay',
 		"$type move: a key of the moved shard replays from its new node");
+}
+
+# An update from 0.2.0 with keys that Citus already distributes (by a text
+# scope): Citus adds shard_key to the workers' tables and to the shards from
+# the coordinator's script, and each worker's script keeps it.
+{
+	my $db = 'updated';
+	$_->safe_psql('postgres', "CREATE DATABASE $db") for $coordinator, @workers;
+	citus_database($db, $coordinator, @workers);
+	my $query = sub { return $coordinator->safe_psql($db, shift) };
+	$query->(
+		q{CREATE EXTENSION idempotency VERSION '0.2.0';
+		  CREATE TABLE orders (tenant text COLLATE "C" NOT NULL, id bigserial,
+		                       idem_key text NOT NULL, item text NOT NULL,
+		                       PRIMARY KEY (tenant, id));
+		  SELECT create_distributed_table('orders', 'tenant', shard_count => 4);
+		  SELECT idempotency_distribute('orders')});
+	is(run_request($coordinator, $db, 't1', 'old', 'POST /orders', 201),
+		"claimed 1\nt", 'update: a request at 0.2.0');
+	$query->(q{ALTER EXTENSION idempotency UPDATE TO '0.3.0'});
+	is( join(',',
+			map { $_->safe_psql($db, q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}) }
+			  $coordinator, @workers),
+		'0.3.0,0.3.0,0.3.0', 'update: every node is at 0.3.0');
+	is( $query->(
+			q{SELECT count(*) FROM run_command_on_shards('idempotency.keys',
+			    $$SELECT count(*) FROM pg_attribute WHERE attrelid = '%s'::regclass AND attname = 'shard_key'$$)
+			   WHERE result <> '1'}),
+		'0', 'update: every shard has shard_key');
+	is( $query->(
+			sprintf(q{BEGIN; SELECT outcome FROM %s; COMMIT}, begin_call('t1', 'old', 'POST /orders'))),
+		'replay', 'update: the key stored before replays');
+	is(run_request($coordinator, $db, 't2', 'new', 'POST /orders', 201),
+		"claimed 1\nt", 'update: a new request claims');
 }
 
 done_testing();
