@@ -78,6 +78,33 @@ $$;
 COMMENT ON COLUMN idempotency.keys.shard_key IS
     'with Citus and a tenant column of type bigint, integer or uuid: the scope as that type, which idempotency_distribute() distributes the keys by; NULL otherwise';
 
+-- The functions Citus delegates by their scope, with the scope of type
+-- scope_type: the extension's text functions, or the variants
+-- create_scope_variants() made.
+CREATE FUNCTION idempotency.routed_functions(scope_type regtype)
+    RETURNS SETOF regprocedure
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+SELECT p.oid::pg_catalog.regprocedure
+  FROM pg_catalog.pg_proc AS p
+  JOIN pg_catalog.pg_depend AS d
+    ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+   AND d.objid OPERATOR(pg_catalog.=) p.oid
+   AND d.deptype OPERATOR(pg_catalog.=) 'e'
+  JOIN pg_catalog.pg_extension AS e
+    ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+   AND e.extname OPERATOR(pg_catalog.=) 'idempotency'
+ WHERE p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['idempotency_begin', 'idempotency_complete',
+         'idempotency_checkpoint', 'idempotency_release', 'idempotency_forget',
+         'idempotency_lookup', 'idempotency_keys'])
+   AND p.proargtypes[0] OPERATOR(pg_catalog.=) scope_type
+ ORDER BY p.proname
+$$;
+COMMENT ON FUNCTION idempotency.routed_functions(regtype) IS
+    'the API functions Citus delegates by their scope, with the scope of the given type';
+REVOKE ALL ON FUNCTION idempotency.routed_functions(regtype) FROM PUBLIC;
+
 -- For Citus tenants of type bigint, integer or uuid: the functions that Citus
 -- delegates by their scope, with the scope as a bigint or a uuid.  Citus
 -- delegates a call only when its scope converts to the tenant column's type
@@ -113,18 +140,8 @@ BEGIN
                  OPERATOR(pg_catalog.||) CASE p.proparallel WHEN 'u' THEN ' PARALLEL UNSAFE' WHEN 'r' THEN ' PARALLEL RESTRICTED' ELSE ' PARALLEL SAFE' END
                  OPERATOR(pg_catalog.||) CASE WHEN p.proretset THEN ' ROWS ' OPERATOR(pg_catalog.||) p.prorows::text ELSE '' END
                  AS definition
-          FROM pg_catalog.pg_proc AS p
-          JOIN pg_catalog.pg_depend AS d
-            ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
-           AND d.objid OPERATOR(pg_catalog.=) p.oid
-           AND d.deptype OPERATOR(pg_catalog.=) 'e'
-          JOIN pg_catalog.pg_extension AS e
-            ON e.oid OPERATOR(pg_catalog.=) d.refobjid
-           AND e.extname OPERATOR(pg_catalog.=) 'idempotency'
-         WHERE p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['idempotency_begin', 'idempotency_complete',
-                 'idempotency_checkpoint', 'idempotency_release', 'idempotency_forget',
-                 'idempotency_lookup', 'idempotency_keys'])
-           AND p.proargtypes[0] OPERATOR(pg_catalog.=) 'pg_catalog.text'::pg_catalog.regtype
+          FROM idempotency.routed_functions('pg_catalog.text') AS f
+          JOIN pg_catalog.pg_proc AS p ON p.oid OPERATOR(pg_catalog.=) f.f
          ORDER BY p.proname
     LOOP
         BEGIN
@@ -296,22 +313,7 @@ BEGIN
     -- create_scope_variants).  The text functions then run where they are
     -- called: on the coordinator they answer IK005, in a distributed handler
     -- they find the local shard.
-    FOR api IN
-        SELECT p.oid::pg_catalog.regprocedure
-          FROM pg_catalog.pg_proc AS p
-          JOIN pg_catalog.pg_depend AS d
-            ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
-           AND d.objid OPERATOR(pg_catalog.=) p.oid
-           AND d.deptype OPERATOR(pg_catalog.=) 'e'
-          JOIN pg_catalog.pg_extension AS e
-            ON e.oid OPERATOR(pg_catalog.=) d.refobjid
-           AND e.extname OPERATOR(pg_catalog.=) 'idempotency'
-         WHERE p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['idempotency_begin', 'idempotency_complete',
-                 'idempotency_checkpoint', 'idempotency_release', 'idempotency_forget',
-                 'idempotency_lookup', 'idempotency_keys'])
-           AND p.proargtypes[0] OPERATOR(pg_catalog.=) scope_type
-         ORDER BY p.proname
-    LOOP
+    FOR api IN SELECT * FROM idempotency.routed_functions(scope_type::pg_catalog.regtype) LOOP
         PERFORM pg_catalog.create_distributed_function(api, 'scope',
                     colocate_with => 'idempotency.keys', force_delegation => true);
     END LOOP;

@@ -59,6 +59,15 @@ for my $type (qw(bigint integer uuid))
 			q{INSERT INTO orders (tenant_id, idem_key, item) VALUES (%s, %s, 'book')},
 			quote($tenant), quote($key));
 	};
+	# Whether the keys are distributed (0 or 1), and shard_key's type.
+	my $distribution_state = sub {
+		return $query->(
+			q{SELECT count(*)::text FROM pg_dist_partition
+			   WHERE logicalrelid = 'idempotency.keys'::regclass
+			  UNION ALL
+			  SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+			   WHERE attrelid = 'idempotency.keys'::regclass AND attname = 'shard_key'});
+	};
 	my @tenant = @{ $tenants{$type} };
 	# The scope as the delegated functions take it.
 	my $typed = sub { my ($tenant) = @_; return \(quote($tenant) . "::$scope_type{$type}") };
@@ -83,12 +92,7 @@ for my $type (qw(bigint integer uuid))
 		$stderr,
 		qr/the scope of a stored key is not a value of type $type, the type of the distribution column tenant_id of table (public\.)?orders/,
 		"$type: ... and says why");
-	is( $query->(
-			q{SELECT count(*)::text FROM pg_dist_partition
-			   WHERE logicalrelid = 'idempotency.keys'::regclass}
-			  . q{ UNION ALL SELECT format_type(atttypid, atttypmod) FROM pg_attribute
-			   WHERE attrelid = 'idempotency.keys'::regclass AND attname = 'shard_key'}),
-		"0\ntext", "$type: ... with nothing changed");
+	is($distribution_state->(), "0\ntext", "$type: ... with nothing changed");
 	$query->(sprintf(q{DELETE FROM idempotency.keys WHERE scope = %s}, quote($bad_scope)));
 	if ($type eq 'bigint')
 	{
@@ -106,12 +110,7 @@ for my $type (qw(bigint integer uuid))
 		is($sqlstate, '55000', "$type: a worker's table that cannot change stops it (55000)");
 		like($stderr, qr/could not change idempotency.keys on node .*:@{[ $workers[1]->port ]}/,
 			"$type: ... naming the node");
-		is( $query->(
-				q{SELECT count(*)::text FROM pg_dist_partition
-				   WHERE logicalrelid = 'idempotency.keys'::regclass}
-				  . q{ UNION ALL SELECT format_type(atttypid, atttypmod) FROM pg_attribute
-				   WHERE attrelid = 'idempotency.keys'::regclass AND attname = 'shard_key'}),
-			"0\ntext", "$type: ... with nothing changed on the coordinator");
+		is($distribution_state->(), "0\ntext", "$type: ... with nothing changed on the coordinator");
 		$workers[1]->safe_psql($db, q{DELETE FROM idempotency.keys});
 	}
 
