@@ -48,7 +48,7 @@ endif
 # After PGXS, so that its `all` stays the default goal.
 -include $(OBJS:.o=.d)
 
-.PHONY: test demo bench bench-expiry bench-scale fuzz sanitize
+.PHONY: test demo bench bench-expiry bench-scale bench-citus fuzz sanitize
 # `make test` tests the PostgreSQL that PG_CONFIG names (default: the host's
 # Debian PostgreSQL 15).  `make test PG=N` tests PostgreSQL N: the host's own
 # when Debian's /usr/lib/postgresql/N is installed here, else inside
@@ -71,6 +71,8 @@ bench-expiry:
 	bash test/pgbench/expiry
 bench-scale:
 	bash test/pgbench/scale
+bench-citus:
+	bash test/pgbench/citus
 # Not part of `make test`: libFuzzer on the pure C++ byte formats of
 # request_hash (FUZZ_SECONDS per harness, default 20); see test/fuzz/run.
 fuzz:
