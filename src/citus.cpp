@@ -392,9 +392,9 @@ static void scope_value_context(void *type)
 }
 
 // The scope (text) as a value of `type`, read by the type's input function:
-// what Citus does with a text distribution argument of a function co-located
-// with a table of another type (a CoerceViaIO), so that '42', '042' and '+42'
-// all name the shard of the bigint 42.
+// the scope of a call with a bigint or uuid scope is that value's text, which
+// reads back as the value Citus delegated the call by; a text scope such as
+// '042' (from a distributed handler) names the shard of the bigint 42.
 static Datum scope_value(FmgrInfo *input, Oid input_param, Oid type, Datum scope)
 {
     ErrorContextCallback context = {error_context_stack, scope_value_context, &type};
