@@ -746,9 +746,9 @@ static Datum read_scope_as(FunctionCallInfo fcinfo)
 // With a typed tenant, Citus converts a delegated call's scope to the
 // tenant's type (a bigint scope to an integer tenant, say), and a scope that
 // is not a value of it fails there, in planning, with the statement in the
-// log -- whose text may hold request data.  The scope (of type `type`) is read
-// here first, as the functions read it, through the error boundary that
-// keeps the statement out.
+// log -- whose text may hold request data.  The scope (of type `type`, not
+// text) is read here first, as the functions read it, through the error
+// boundary that keeps the statement out.
 static void check_typed_scope(Datum scope, Oid type)
 {
     Oid keys = store::keys_table();
@@ -757,14 +757,10 @@ static void check_typed_scope(Datum scope, Oid type)
     const Layout &current = layout_of(keys);
     if (!current.distributed || !current.by_shard_key)
         return;
-    Datum text = scope;
-    if (type != TEXTOID)
-    {
-        Oid output;
-        bool varlena;
-        getTypeOutputInfo(type, &output, &varlena);
-        text = CStringGetTextDatum(OidOutputFunctionCall(output, scope));
-    }
+    Oid output;
+    bool varlena;
+    getTypeOutputInfo(type, &output, &varlena);
+    Datum text = CStringGetTextDatum(OidOutputFunctionCall(output, scope));
     LOCAL_FCINFO(read, 2);
     InitFunctionCallInfoData(*read, nullptr, 2, InvalidOid, nullptr, nullptr);
     read->args[0].value = text;
@@ -799,7 +795,10 @@ static PlannedStmt *refuse_null_scope(Query *query, const char *text, int option
         if (IsA(scope, Const) && castNode(Const, scope)->constisnull)
             ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                             errmsg("scope must not be null"), errhidestmt(true)));
-        if (IsA(scope, Const) && !castNode(Const, scope)->constisnull)
+        // (A text scope is never converted by Citus: with a typed tenant the
+        // text functions are not delegated, and read it where they run.)
+        if (IsA(scope, Const) && !castNode(Const, scope)->constisnull &&
+            castNode(Const, scope)->consttype != TEXTOID)
             check_typed_scope(castNode(Const, scope)->constvalue,
                               castNode(Const, scope)->consttype);
     }
