@@ -744,18 +744,19 @@ static Datum read_scope_as(FunctionCallInfo fcinfo)
 }
 
 // With a typed tenant, Citus converts a delegated call's scope to the
-// tenant's type (a bigint scope to an integer tenant, say), and a scope that
-// is not a value of it fails there, in planning, with the statement in the
+// tenant's type (a bigint scope to an integer tenant), and a scope that is
+// not a value of it fails there, in planning, with the statement in the
 // log -- whose text may hold request data.  The scope (of type `type`, not
 // text) is read here first, as the functions read it, through the error
-// boundary that keeps the statement out.
+// boundary that keeps the statement out.  A scope of the tenant's own type
+// needs no conversion, and is not read.
 static void check_typed_scope(Datum scope, Oid type)
 {
     Oid keys = store::keys_table();
     if (!OidIsValid(keys))
         return;
     const Layout &current = layout_of(keys);
-    if (!current.distributed || !current.by_shard_key)
+    if (!current.distributed || !current.by_shard_key || current.key_type == type)
         return;
     Oid output;
     bool varlena;

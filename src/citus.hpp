@@ -10,8 +10,9 @@
 //     whose hash range holds the value is picked.  The column is scope (text
 //     tenants), or shard_key, made the type of a bigint, integer or uuid
 //     tenant column by idempotency_distribute(): the scope is then read as
-//     that type first (its input function), as Citus reads a text
-//     distribution argument of a function co-located with such a table;
+//     that type first (its input function).  Citus delegates such calls by a
+//     bigint or uuid scope (create_scope_variants), whose text reads back as
+//     the value Citus hashed;
 //  2. the lock Citus's own executor takes before it writes a shard is taken:
 //     ShareLock on the co-located shards' metadata (advisory space: the
 //     shard's index in the sorted shard list, the co-location id, class 8).
