@@ -25,6 +25,9 @@ extern "C"
 #include "optimizer/planner.h"
 #include "parser/parsetree.h"
 #include "utils/syscache.h"
+#include "catalog/pg_class.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "storage/sinval.h"
@@ -677,7 +680,8 @@ List *local_shards(Oid keys, LOCKMODE lockmode, bool skip_if_busy)
 }
 
 // ---------------------------------------------------------------------------
-// NULL scopes never reach Citus's function-call delegation
+// Before Citus plans a call's delegation: NULL and typed scopes checked,
+// the shard of a write locked
 // ---------------------------------------------------------------------------
 
 static planner_hook_type previous_planner = nullptr;
@@ -708,18 +712,34 @@ static FuncExpr *single_call(const Query *query)
     return nullptr;
 }
 
-// Whether `function` is one that idempotency_distribute() delegates by its
-// first argument, the scope: a C function of this library taking a scope.
-static bool delegated_by_scope(Oid function)
+// What a function that idempotency_distribute() delegates by its first
+// argument, the scope, does with the scope's keys.
+enum class Access
 {
-    static const char *const names[] = {"idempotency_begin",      "idempotency_complete",
-                                        "idempotency_checkpoint", "idempotency_release",
-                                        "idempotency_forget",     "idempotency_lookup",
-                                        "idempotency_keys"};
+    none,   // not such a function
+    reads,  // lookup, keys
+    writes, // complete, checkpoint, release, forget
+    begins, // begin: a write, or a read when the key is completed
+};
+
+// What `function` does, if it is a C function of this library taking a scope.
+static Access delegated_access(Oid function)
+{
+    static const struct
+    {
+        const char *name;
+        Access access;
+    } functions[] = {{"idempotency_begin", Access::begins},
+                     {"idempotency_complete", Access::writes},
+                     {"idempotency_checkpoint", Access::writes},
+                     {"idempotency_release", Access::writes},
+                     {"idempotency_forget", Access::writes},
+                     {"idempotency_lookup", Access::reads},
+                     {"idempotency_keys", Access::reads}};
     HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
     if (!HeapTupleIsValid(tuple))
-        return false;
-    bool ours = false;
+        return Access::none;
+    Access access = Access::none;
     if (reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple))->prolang == ClanguageId)
     {
         bool isnull;
@@ -728,12 +748,13 @@ static bool delegated_by_scope(Oid function)
         if (!isnull && strcmp(TextDatumGetCString(probin), "$libdir/idempotency") == 0)
         {
             char *source = TextDatumGetCString(prosrc);
-            for (const char *name : names)
-                ours = ours || strcmp(source, name) == 0;
+            for (const auto &candidate : functions)
+                if (strcmp(source, candidate.name) == 0)
+                    access = candidate.access;
         }
     }
     ReleaseSysCache(tuple);
-    return ours;
+    return access;
 }
 
 // Reads fcinfo's argument 0, a scope, as a value of the type in argument 1.
@@ -771,19 +792,110 @@ static void check_typed_scope(Datum scope, Oid type)
     errors_without_request_data(read_scope_as, read);
 }
 
+// Whether the keys hold a completed, unexpired record of (scope, key), which
+// a begin only reads (replay or mismatch).  Asked through Citus -- a router
+// query to the scope's placement, which takes no shard metadata lock -- as
+// the table's owner, since the caller need not be allowed to read it.  The
+// user is restored by the abort of an error, as for any security-restricted
+// operation.
+static bool completed_record(Oid keys, Datum scope, Datum key)
+{
+    const Layout &current = layout_of(keys);
+    StringInfoData query;
+    initStringInfo(&query);
+    appendStringInfoString(
+        &query, "SELECT FROM idempotency.keys AS k"
+                " WHERE k.tenant OPERATOR(pg_catalog.=) '0'::pg_catalog.oid"
+                " AND k.scope OPERATOR(pg_catalog.=) $1 AND k.key OPERATOR(pg_catalog.=) $2"
+                " AND k.status OPERATOR(pg_catalog.=) 'c'"
+                " AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp()");
+    if (current.by_shard_key) // the distribution column, for Citus to route by
+        appendStringInfo(&query, " AND k.shard_key OPERATOR(pg_catalog.=) $1::%s",
+                         format_type_be_qualified(current.key_type));
+    HeapTuple relation = SearchSysCache1(RELOID, ObjectIdGetDatum(keys));
+    if (!HeapTupleIsValid(relation))
+        elog(ERROR, "cache lookup failed for relation %u", keys);
+    Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(relation))->relowner;
+    ReleaseSysCache(relation);
+    Oid user;
+    int security;
+    GetUserIdAndSecContext(&user, &security);
+    SetUserIdAndSecContext(owner, security | SECURITY_LOCAL_USERID_CHANGE |
+                                      SECURITY_RESTRICTED_OPERATION);
+    Oid types[] = {TEXTOID, TEXTOID};
+    Datum values[] = {scope, key};
+    SPI_connect();
+    bool found = SPI_execute_with_args(query.data, 2, types, values, nullptr, true, 1) ==
+                     SPI_OK_SELECT &&
+                 SPI_processed > 0;
+    SPI_finish();
+    SetUserIdAndSecContext(user, security);
+    pfree(query.data);
+    return found;
+}
+
+// Citus delegates a call to the node of its scope's shard without a lock,
+// and leaves the locking to that node; a shard move or split that switches
+// the shard over meanwhile leaves the call on a node that no longer has it
+// (IK005).  Citus's own router writes lock the shard's metadata where they
+// are planned, before they pick the placement, and so wait out a move and
+// then go to the new node.  A call that may write does the same on the node
+// that delegates it (not the shard's): ShareLock on the shard's metadata,
+// held to the end of the transaction as Citus holds its own, taken before
+// Citus's planner picks the placement -- which it then reads after the
+// invalidations of any switch the lock waited for (lock_placement).  The
+// wait is a lock wait: cancellable, bounded by lock_timeout, as for a plain
+// write.  A begin of a completed key only reads, and a read never waits for
+// a move: when the lock is not free at once, a begin first asks whether
+// its key is completed, and if so goes without the lock.  Arguments: the
+// scope, its type (text, bigint or uuid), the key (NULL when not a
+// constant) and whether the call is a begin.
+static Datum hold_shard_for_write(FunctionCallInfo fcinfo)
+{
+    Oid keys = store::keys_table();
+    if (!OidIsValid(keys) || !layout_of(keys).distributed)
+        return (Datum)0;
+    Datum scope = fcinfo->args[0].value;
+    Oid type = DatumGetObjectId(fcinfo->args[1].value);
+    // (A text scope with a typed tenant is not delegated: it runs here.)
+    if (layout_of(keys).by_shard_key && type == TEXTOID)
+        return (Datum)0;
+    if (type != TEXTOID)
+    {
+        Oid output;
+        bool varlena;
+        getTypeOutputInfo(type, &output, &varlena);
+        scope = CStringGetTextDatum(OidOutputFunctionCall(output, scope));
+    }
+    Placement placement = place(keys, scope);
+    if (placement.local)
+        return (Datum)0; // runs here, and locks for itself
+    bool begins = DatumGetBool(fcinfo->args[3].value);
+    if (!lock_metadata(placement, false) && begins && !fcinfo->args[2].isnull &&
+        completed_record(keys, scope, fcinfo->args[2].value))
+        return (Datum)0;
+    lock_placement(keys, scope);
+    return (Datum)0;
+}
+
 // Citus delegates a distributed function's call to the node of its
 // distribution argument after the planner has folded the arguments, and
 // hashes that value without a NULL check: a NULL scope would crash the
 // backend.  This hook runs before Citus's planner (the library is loaded
 // after Citus) and refuses such a call with the error the function itself
 // gives, folding the scope argument the way the planner will (bound
-// parameters included); and it reads a scope for a typed tenant
-// (check_typed_scope).
-static PlannedStmt *refuse_null_scope(Query *query, const char *text, int options,
-                                      ParamListInfo params)
+// parameters included); it reads a scope for a typed tenant
+// (check_typed_scope); and it locks the shard of a call that may write
+// (hold_shard_for_write).  Citus delegates only a constant scope, and plans
+// such a call afresh at each execution (it keeps no generic plan of it), so
+// the hook sees every call Citus delegates.
+static PlannedStmt *plan_delegated_call(Query *query, const char *text, int options,
+                                        ParamListInfo params)
 {
     FuncExpr *call = single_call(query);
-    if (call != nullptr && call->args != NIL && delegated_by_scope(call->funcid))
+    Access access = call != nullptr && call->args != NIL ? delegated_access(call->funcid)
+                                                          : Access::none;
+    if (access != Access::none)
     {
         PlannerGlobal glob = {};
         glob.type = T_PlannerGlobal;
@@ -798,10 +910,30 @@ static PlannedStmt *refuse_null_scope(Query *query, const char *text, int option
                             errmsg("scope must not be null"), errhidestmt(true)));
         // (A text scope is never converted by Citus: with a typed tenant the
         // text functions are not delegated, and read it where they run.)
-        if (IsA(scope, Const) && !castNode(Const, scope)->constisnull &&
-            castNode(Const, scope)->consttype != TEXTOID)
+        if (IsA(scope, Const) && castNode(Const, scope)->consttype != TEXTOID)
             check_typed_scope(castNode(Const, scope)->constvalue,
                               castNode(Const, scope)->consttype);
+        // Citus delegates only by a constant scope.
+        if (access != Access::reads && IsA(scope, Const))
+        {
+            Node *key = list_length(call->args) > 1
+                            ? eval_const_expressions(&root, static_cast<Node *>(lsecond(call->args)))
+                            : nullptr;
+            bool key_known = key != nullptr && IsA(key, Const) &&
+                             !castNode(Const, key)->constisnull &&
+                             castNode(Const, key)->consttype == TEXTOID;
+            LOCAL_FCINFO(hold, 4);
+            InitFunctionCallInfoData(*hold, nullptr, 4, InvalidOid, nullptr, nullptr);
+            hold->args[0].value = castNode(Const, scope)->constvalue;
+            hold->args[0].isnull = false;
+            hold->args[1].value = ObjectIdGetDatum(castNode(Const, scope)->consttype);
+            hold->args[1].isnull = false;
+            hold->args[2].value = key_known ? castNode(Const, key)->constvalue : (Datum)0;
+            hold->args[2].isnull = !key_known;
+            hold->args[3].value = BoolGetDatum(access == Access::begins);
+            hold->args[3].isnull = false;
+            errors_without_request_data(hold_shard_for_write, hold);
+        }
     }
     return previous_planner != nullptr ? previous_planner(query, text, options, params)
                                        : standard_planner(query, text, options, params);
@@ -812,7 +944,7 @@ void guard_delegation()
     if (GetConfigOption("citus.version", true, false) == nullptr)
         return; // Citus is not loaded before us: nothing delegates our calls
     previous_planner = planner_hook;
-    planner_hook = refuse_null_scope;
+    planner_hook = plan_delegated_call;
 }
 
 bool worker_node()

@@ -86,9 +86,12 @@ List *local_shards(Oid keys, LOCKMODE lockmode, bool skip_if_busy);
 // Whether this node is a Citus worker (a node other than the coordinator).
 bool worker_node();
 
-// While the library is preloaded after Citus (_PG_init): refuses, with
-// 22004, a call of a function that idempotency_distribute() delegates whose
-// scope is NULL, before Citus's planner sees it (Citus would crash on it).
+// While the library is preloaded after Citus (_PG_init): before Citus's
+// planner sees a call of a function that idempotency_distribute()
+// delegates, refuses a NULL scope with 22004 (Citus would crash on it),
+// reads a typed scope as the tenant's type, and -- on a node that would
+// delegate it -- takes the shard metadata lock for a call that may write, so
+// that it waits out a shard move and is delegated to the shard's new node.
 void guard_delegation();
 
 } // namespace idempotency::citus

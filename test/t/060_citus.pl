@@ -3,8 +3,9 @@
 # so a coordinator crash at either commit point never duplicates work; keys
 # distributed with idempotency_distribute() live in the shard of their scope,
 # next to the tenant's rows, with concurrent same-key requests, coordinator
-# crashes, a shard move under load, expiry on the shards and a non-superuser
-# caller.  A worker never uses keys of its own, and a NULL scope never reaches
+# crashes, a shard move under load, a block_writes move waiting for a claim
+# (reads answer meanwhile, a new request waits and then claims on the new
+# node), expiry on the shards and a non-superuser caller.  A worker never uses keys of its own, and a NULL scope never reaches
 # Citus's delegation.  Skipped, visibly, when the citus library is not
 # installed.
 use strict;
@@ -419,7 +420,8 @@ for my $point (qw(pre_commit post_commit))
 }
 
 # ---------------------------------------------------------------------------
-# The lock a claim holds on its node keeps a move from switching over
+# A claim's transaction keeps a move from switching over; calls that write
+# wait for the move and then go to the new node, reads never wait
 # ---------------------------------------------------------------------------
 {
 	is(run_request($coordinator, $db, 'ten5', 'done', 'POST /orders', 201, write => order_sql('ten5', 'done')),
@@ -439,34 +441,66 @@ for my $point (qw(pre_commit post_commit))
 				$shard, quote($source->host), $source->port, quote($target->host), $target->port)
 		],
 		'>', \$log{out}, '2>', \$log{err});
-	ok( $source->poll_query_until($db,
-			q{SELECT count(*) > 0 FROM pg_locks
-			   WHERE locktype = 'advisory' AND objsubid = 8 AND mode = 'ExclusiveLock'
-			     AND NOT granted}),
-		'lock: the move waits on the node for the shard metadata lock the claim holds');
+	# The claim holds the shard's metadata lock where Citus planned its
+	# delegation, as Citus's own writes hold it: the move waits there.
+	my $move_waits = q{SELECT count(*) > 0 FROM pg_locks
+	                    WHERE locktype = 'advisory' AND objsubid = 8 AND mode = '%s'
+	                      AND NOT granted};
+	ok($coordinator->poll_query_until($db, sprintf($move_waits, 'ExclusiveLock')),
+		'lock: the move waits on the coordinator for the shard metadata lock the claim holds');
 	# Reads take no shard metadata lock: a replay, a mismatch and a lookup
-	# on the shard's node answer while the move waits for that lock (before,
-	# they queued behind the move: lock_timeout turns that into a failure
-	# here instead of a hang).
-	my $read = sub {
-		return $source->safe_psql($db, "SET lock_timeout = '60s'; " . shift);
-	};
-	is($read->('SELECT outcome FROM ' . begin_call('ten5', 'done', 'POST /orders')),
-		'replay', 'lock: a replay answers while the move waits');
-	is($read->('SELECT outcome FROM ' . begin_call('ten5', 'done', 'PUT /orders')),
-		'mismatch', 'lock: so does a mismatch');
-	is($read->(q{SELECT status FROM idempotency_lookup('ten5', 'done')}),
-		'completed', 'lock: and a lookup');
-	# Only delegated calls while the move waits: a write the coordinator
-	# routes would wait there for the move, which waits here for this
-	# transaction -- a distributed deadlock that Citus resolves by cancelling
-	# one of them.
+	# answer while the move waits for that lock, through the coordinator and
+	# on the shard's node (before, they queued behind the move: lock_timeout
+	# turns that into a failure here instead of a hang).
+	for my $node ($coordinator, $source)
+	{
+		my $where = $node == $coordinator ? 'the coordinator' : 'the node';
+		my $read = sub {
+			return $node->safe_psql($db, "SET lock_timeout = '60s'; " . shift);
+		};
+		is($read->('SELECT outcome FROM ' . begin_call('ten5', 'done', 'POST /orders')),
+			'replay', "lock: a replay answers while the move waits, on $where");
+		is($read->('SELECT outcome FROM ' . begin_call('ten5', 'done', 'PUT /orders')),
+			'mismatch', "lock: so does a mismatch, on $where");
+		is($read->(q{SELECT status FROM idempotency_lookup('ten5', 'done')}),
+			'completed', "lock: and a lookup, on $where");
+	}
+	# A new request waits for the move, as a plain distributed write does,
+	# and then claims on the new node -- not IK005.
+	my %waiting;
+	my $new_request = IPC::Run::start(
+		[
+			'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-d', $coordinator->connstr($db), '-c',
+			sprintf(q{SET lock_timeout = '120s';
+			          BEGIN;
+			          SELECT outcome || ' ' || attempt FROM %s;
+			          %s;
+			          SELECT %s;
+			          COMMIT},
+				begin_call('ten5', 'during-move', 'POST /orders'), order_sql('ten5', 'during-move'),
+				complete_call('ten5', 'during-move', 201))
+		],
+		'>', \$waiting{out}, '2>', \$waiting{err});
+	ok($coordinator->poll_query_until($db, sprintf($move_waits, 'ShareLock')),
+		'lock: a new request waits for the move');
+	# The claim's transaction writes through the coordinator while the move
+	# waits: it holds the lock already, so it does not queue behind the move
+	# (which would wait for it: a distributed deadlock).
+	$session->query_safe("SET LOCAL lock_timeout = '60s'");
+	$session->query_safe(order_sql('ten5', 'held'));
 	$session->query_safe('SELECT ' . complete_call('ten5', 'held', 201));
 	$session->query_safe('COMMIT');
 	$session->quit;
 	ok($move->finish, 'lock: the move finishes after the commit') or diag($log{err});
 	is(worker_of('ten5')->port, $target->port, 'lock: ten5 is on the other worker now');
+	ok($new_request->finish, 'lock: the request that waited succeeds') or diag($waiting{err});
+	chomp $waiting{out};
+	is($waiting{out}, "claimed 1\nt", 'lock: ... claimed after the move, and completed');
+	is(query(q{SELECT count(*) FROM idempotency.keys WHERE scope = 'ten5' AND key = 'during-move'
+	           AND status = 'c'}), '1', 'lock: ... its key is on the new node');
+	is(order_count('ten5', 'during-move'), '1', 'lock: ... with its order');
 	is(outcome_of('ten5', 'held'), 'replay', 'lock: the key moved with its completion');
+	is(order_count('ten5', 'held'), '1', 'lock: ... and its order');
 }
 
 # ---------------------------------------------------------------------------

@@ -9,8 +9,10 @@
 # finds every key); a text scope from the coordinator is IK005; a distributed
 # handler passes its typed tenant as text; a scope that is not a tenant value
 # fails before Citus plans the call, without the statement in the log; a
-# NULL one with 22004; and a shard move under load keeps orders = completed
-# keys.  And an update from 0.2.0 of keys distributed by a text scope.
+# NULL one with 22004; a shard move under load keeps orders = completed
+# keys; and requests through the coordinator wait out a block_writes move,
+# a logical move, a split, a drain and a rebalance under load, beside plain
+# distributed INSERTs, without IK005 or a failed request.  And an update from 0.2.0 of keys distributed by a text scope.
 # Skipped, visibly, when the citus library is not installed.
 use strict;
 use warnings;
@@ -251,6 +253,137 @@ for my $type (qw(bigint integer uuid))
 				begin_call($typed->($tenant[0]), 'before', 'POST /orders'))),
 		'replay',
 		"$type move: a key of the moved shard replays from its new node");
+
+	# Shard operations under load, side by side with plain distributed
+	# INSERTs: a block_writes move, a logical move, a split, a drain and a
+	# rebalance.  Requests through the coordinator (BEGIN; begin; order;
+	# complete; COMMIT; then a retry, which must replay) wait out each switch
+	# where the plain INSERTs wait, and go to the new node: no IK005, and no
+	# more errors than the plain INSERTs.
+	$query->(
+		q{CREATE TABLE plain_orders (tenant_id bigint NOT NULL, id bigserial,
+		                             idem_key text NOT NULL, item text NOT NULL,
+		                             PRIMARY KEY (tenant_id, id));
+		  SELECT create_distributed_table('plain_orders', 'tenant_id', colocate_with => 'orders')});
+	my $tenant_expr = '(:t)::bigint * 230584300921369395 - 4611686018427387904';
+	my $request_script = PostgreSQL::Test::Utils::tempdir() . '/request.sql';
+	# (Call shapes Citus delegates: no expression of the result, no WHERE.
+	# A complete of a key the transaction has not claimed fails; a retry
+	# that does not replay fails the client.)
+	append_to_file($request_script,
+		qq{\\set t random(1, 40)\n\\set key random(1, 1000000000000)\n}
+		  . qq{BEGIN;\n}
+		  . qq{SELECT outcome FROM idempotency_begin($tenant_expr, 'op-' || :key, }
+		  . qq{request_hash('book'::text));\n}
+		  . qq{INSERT INTO orders (tenant_id, idem_key, item) VALUES ($tenant_expr, 'op-' || :key, 'book');\n}
+		  . qq{SELECT idempotency_complete($tenant_expr, 'op-' || :key, 201, NULL);\n}
+		  . qq{COMMIT;\n}
+		  . qq{SELECT response_status AS replayed FROM idempotency_begin($tenant_expr, 'op-' || :key, }
+		  . qq{request_hash('book'::text)) \\gset\n}
+		  . qq{\\if :replayed = 201\n\\else\n\\set not_a_replay 1 / 0\n\\endif\n});
+	my $plain_script = PostgreSQL::Test::Utils::tempdir() . '/plain.sql';
+	append_to_file($plain_script,
+		qq{\\set t random(1, 40)\n\\set key random(1, 1000000000000)\n}
+		  . qq{INSERT INTO plain_orders (tenant_id, idem_key, item) }
+		  . qq{VALUES ($tenant_expr, 'plain-' || :key, 'book');\n});
+	my $node_id = sub {
+		my ($node) = @_;
+		return $query->(sprintf(q{SELECT nodeid FROM pg_dist_node WHERE nodeport = %d}, $node->port));
+	};
+	my $shard_of = sub {
+		return split /\|/, $query->(
+			sprintf(q{SELECT shardid, nodeport FROM pg_dist_shard_placement
+			           WHERE shardid = get_shard_id_for_distribution_column('orders', %s)},
+				quote($tenant[5])));
+	};
+	my $under_load = sub {
+		my ($what, $operation) = @_;
+		my %load;
+		my @runs;
+		for my $script ($request_script, $plain_script)
+		{
+			my $log = $load{$script} = { out => '', err => '' };
+			push @runs, IPC::Run::start(
+				[
+					'pgbench', '-n', '-c', 2, '-j', 2, '-T', 15, '-f', $script,
+					'-h', $coordinator->host, '-p', $coordinator->port, $db
+				],
+				'>', \$log->{out}, '2>', \$log->{err});
+		}
+		my ($orders, $plain) = split /\|/, $query->(
+			q{SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM plain_orders)});
+		if (!$coordinator->poll_query_until($db,
+				"SELECT (SELECT count(*) FROM orders) >= $orders + 20
+				    AND (SELECT count(*) FROM plain_orders) >= $plain + 20"))
+		{
+			$_->finish for @runs;
+			die "no load: $load{$request_script}{err} $load{$plain_script}{err}";
+		}
+		$query->($operation->());
+		$_->finish for @runs;
+		my %aborted = map { $_ => scalar(() = $load{$_}{err} =~ /aborted in command/g) } keys %load;
+		my %processed =
+		  map { $_ => ($load{$_}{out} =~ /actually processed: (\d+)/)[0] // 0 } keys %load;
+		note(sprintf('%s under load: requests %d (%d clients aborted), plain INSERTs %d (%d)',
+				$what, $processed{$request_script}, $aborted{$request_script},
+				$processed{$plain_script}, $aborted{$plain_script}));
+		ok($processed{$request_script} > 0 && $processed{$plain_script} > 0,
+			"$type $what: requests and plain INSERTs ran");
+		unlike($load{$request_script}{err}, qr/not stored on this node/, "$type $what: no IK005")
+		  or diag($load{$request_script}{err});
+		cmp_ok($aborted{$request_script}, '<=', $aborted{$plain_script},
+			"$type $what: no more errors than the plain INSERTs")
+		  or diag($load{$request_script}{err}, $load{$plain_script}{err});
+		is($query->(q{SELECT count(*) FROM orders}),
+			$query->(q{SELECT count(*) FROM idempotency.keys WHERE status = 'c'}),
+			"$type $what: orders = completed keys");
+		return;
+	};
+	for my $mode (qw(block_writes force_logical))
+	{
+		my ($moved, $from) = $shard_of->();
+		my ($to) = grep { $_->port != $from } @workers;
+		my ($source) = grep { $_->port == $from } @workers;
+		$under_load->("$mode move", sub {
+			sprintf(q{SELECT citus_move_shard_placement(%d, %s, %d, %s, %d, %s)},
+				$moved, quote($source->host), $source->port, quote($to->host), $to->port,
+				quote($mode));
+		});
+		is(($shard_of->())[1], $to->port, "$type $mode move: the shard moved");
+	}
+	my ($split, $low, $high) = split /\|/, $query->(
+		sprintf(q{SELECT shardid, shardminvalue, shardmaxvalue FROM pg_dist_shard
+		           WHERE shardid = get_shard_id_for_distribution_column('orders', %s)},
+			quote($tenant[5])));
+	$under_load->('split', sub {
+		sprintf(q{SELECT citus_split_shard_by_split_points(%d, ARRAY[%s], ARRAY[%d, %d],
+		                                                      'block_writes')},
+			$split, quote(int(($low + $high) / 2)), $node_id->($workers[0]), $node_id->($workers[1]));
+	});
+	is($query->(q{SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'orders'::regclass}),
+		'5', "$type split: orders has 5 shards");
+	$under_load->('drain', sub {
+		sprintf(q{SELECT citus_drain_node(%s, %d, 'block_writes')},
+			quote($workers[1]->host), $workers[1]->port);
+	});
+	my $placed_on = sub {
+		return $query->(
+			sprintf(q{SELECT count(*) FROM pg_dist_shard_placement
+			           WHERE nodeport = %d AND shardid IN
+			             (SELECT shardid FROM pg_dist_shard WHERE logicalrelid = 'orders'::regclass)},
+				$workers[1]->port));
+	};
+	is($placed_on->(), '0', "$type drain: no shard left on the drained worker");
+	$query->(sprintf(q{SELECT citus_set_node_property(%s, %d, 'shouldhaveshards', true)},
+			quote($workers[1]->host), $workers[1]->port));
+	$under_load->('rebalance', sub {
+		q{SELECT rebalance_table_shards('orders', shard_transfer_mode => 'block_writes')};
+	});
+	cmp_ok($placed_on->(), '>', 0, "$type rebalance: shards are back on the drained worker");
+	is( $query->(
+			q{SELECT count(*) FROM idempotency.keys WHERE key LIKE 'op-%' AND status = 'c'}),
+		$query->(q{SELECT count(*) FROM orders WHERE idem_key LIKE 'op-%'}),
+		"$type: after the shard operations, each request's order is there once per completed key");
 }
 
 # An update from 0.2.0 with keys that Citus already distributes (by a text
