@@ -1,8 +1,8 @@
 # The Citus throughput comparison (make bench-citus runs it; see
 # test/pgbench/citus): on one coordinator and two workers, through the
 # coordinator, alternating, a new request and a replay of the one-round-trip
-# handler (claim, INSERT, complete in a function distributed by the tenant)
-# against the same INSERT without idempotency, as a bare distributed INSERT
+# handler (claim, INSERT, complete in a function distributed by the tenant),
+# and a replay by a delegated idempotency_begin, against the same INSERT without idempotency, as a bare distributed INSERT
 # and in a distributed function.  64 tenants, orders and keys in 4 shards,
 # synchronous_commit = off, CITUS_CLIENTS clients (4), CITUS_REPS
 # repetitions (3) of CITUS_SECONDS (10) each.  Every script checks its answer
@@ -80,16 +80,23 @@ my %scripts = (
 	                 VALUES ('t' || :t, 'bare-' || :k, 'book') RETURNING 1 AS one \gset},
 	function_insert => q{SELECT plain_order('t' || :t, 'fn-' || :k, 'book') AS answer \gset},
 	new_request => q{SELECT place_order('t' || :t, 'new-' || :k, 'book', 'claimed') AS answer \gset},
-	replay => q{SELECT place_order('t' || (:g % 64), 'known-' || :g, 'book', 'replay') AS answer \gset});
+	replay => q{SELECT place_order('t' || (:g % 64), 'known-' || :g, 'book', 'replay') AS answer \gset},
+	# The replay as an application that calls the API itself sends it: a
+	# delegated idempotency_begin; a stored status other than 201 (or none)
+	# fails the client.
+	direct_replay => q{SELECT response_status AS status
+	                     FROM idempotency_begin('t' || (:g % 64), 'known-' || :g,
+	                                            request_hash('book'::text)) \gset
+	                   \if :status = 201 \else \set not_a_replay 1 / 0 \endif});
 my $dir = PostgreSQL::Test::Utils::tempdir();
 for my $workload (keys %scripts)
 {
-	my $script = $scripts{$workload} =~ s/\n\s+/ /gr;
+	my $script = $scripts{$workload} =~ s/\n\s+/ /gr =~ s/ (\\(?:if|else|set|endif))/\n$1/gr;
 	append_to_file("$dir/$workload.sql",
 		"\\set t random(0, 63)\n\\set k random(1, 4000000000)\n\\set g random(1, $known)\n$script\n");
 }
 
-my @order = qw(bare_insert function_insert new_request replay);
+my @order = qw(bare_insert function_insert new_request replay direct_replay);
 my %tps;
 for my $rep (1 .. $reps)
 {
@@ -126,7 +133,8 @@ push @report, sprintf('%-16s tps median %.0f (%s)', $_, median(@{ $tps{$_} }),
 	join(', ', map { sprintf '%.0f', $_ } @{ $tps{$_} }))
   for @order;
 for my $pair ([qw(new_request bare_insert)], [qw(new_request function_insert)],
-	[qw(replay bare_insert)], [qw(replay function_insert)])
+	[qw(replay bare_insert)], [qw(replay function_insert)],
+	[qw(direct_replay bare_insert)], [qw(direct_replay function_insert)])
 {
 	my @ratios = map { $tps{ $pair->[0] }[$_] / ($tps{ $pair->[1] }[$_] || 1) } 0 .. $reps - 1;
 	push @report, sprintf('%s / %s: %.2f (%s)', @$pair, median(@ratios),
