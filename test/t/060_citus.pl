@@ -426,6 +426,10 @@ for my $point (qw(pre_commit post_commit))
 {
 	is(run_request($coordinator, $db, 'ten5', 'done', 'POST /orders', 201, write => order_sql('ten5', 'done')),
 		"claimed 1\nt", 'lock: a request completes before the move');
+	# A caller that may not read the keys (the coordinator reads a key
+	# through Citus as their owner, to tell a replay, which must not wait).
+	query(q{CREATE ROLE replayer LOGIN;
+	        GRANT EXECUTE ON FUNCTION idempotency_begin TO replayer});
 	my $session = $coordinator->background_psql($db);
 	$session->query_safe('BEGIN');
 	is($session->query_safe('SELECT outcome FROM ' . begin_call('ten5', 'held', 'POST /orders')),
@@ -465,6 +469,10 @@ for my $point (qw(pre_commit post_commit))
 		is($read->(q{SELECT status FROM idempotency_lookup('ten5', 'done')}),
 			'completed', "lock: and a lookup, on $where");
 	}
+	is( $coordinator->safe_psql(
+			$db, "SET lock_timeout = '60s'; SELECT outcome FROM " . begin_call('ten5', 'done', 'POST /orders'),
+			extra_params => [ '-U', 'replayer' ]),
+		'replay', 'lock: ... also for a role that may not read the keys');
 	# A new request waits for the move, as a plain distributed write does,
 	# and then claims on the new node -- not IK005.
 	my %waiting;
