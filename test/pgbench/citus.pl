@@ -1,14 +1,17 @@
 # The Citus throughput comparison (make bench-citus runs it; see
 # test/pgbench/citus): on one coordinator and two workers, through the
-# coordinator, alternating, a new request and a replay of the one-round-trip
-# handler (claim, INSERT, complete in a function distributed by the tenant),
-# and a replay by a delegated idempotency_begin, against the same INSERT without idempotency, as a bare distributed INSERT
-# and in a distributed function.  64 tenants, orders and keys in 4 shards,
+# coordinator, alternating: a new request and a replay of the one-round-trip
+# handler (claim, INSERT, complete in a function distributed by the tenant)
+# against the same INSERT without idempotency, as a bare distributed INSERT
+# and in a distributed function; a new request in five statements through
+# the API against the hand-written table pattern; a replay by a delegated
+# idempotency_begin.  64 tenants, orders and keys in 4 shards,
 # synchronous_commit = off, CITUS_CLIENTS clients (4), CITUS_REPS
 # repetitions (3) of CITUS_SECONDS (10) each.  Every script checks its answer
-# (the handler's outcome; a row count of 1), and the run ends with orders =
-# completed keys.  Prints the tps and the ratios within each repetition
-# (median, then each), and writes them to $CITUS_RESULTS when set.
+# (the handler's outcome, a row count of 1, a replay's status, a complete
+# that fails unless claimed), and the run ends with orders = completed keys.
+# Prints the tps and the ratios within each repetition (median, then each),
+# and writes them to $CITUS_RESULTS when set.
 use strict;
 use warnings;
 use FindBin;
@@ -64,7 +67,12 @@ $query->(
 	  END
 	  $$;
 	  SELECT create_distributed_function('place_order(text, text, text, text)', 'p_tenant',
-	                                     colocate_with => 'orders');});
+	                                     colocate_with => 'orders');
+	  -- The hand-written pattern's table, distributed like the keys.
+	  CREATE TABLE keys_plain (tenant text COLLATE "C" NOT NULL, key text NOT NULL,
+	                           status text NOT NULL, response_status integer,
+	                           response_body jsonb, PRIMARY KEY (tenant, key));
+	  SELECT create_distributed_table('keys_plain', 'tenant', colocate_with => 'orders');});
 # The replays' keys, each through the handler (a set-returning query would
 # not be routed).
 my $known = 2000;
@@ -81,22 +89,44 @@ my %scripts = (
 	function_insert => q{SELECT plain_order('t' || :t, 'fn-' || :k, 'book') AS answer \gset},
 	new_request => q{SELECT place_order('t' || :t, 'new-' || :k, 'book', 'claimed') AS answer \gset},
 	replay => q{SELECT place_order('t' || (:g % 64), 'known-' || :g, 'book', 'replay') AS answer \gset},
+	# A new request in five statements through the coordinator, as an
+	# application that does not use a handler sends it: the API's calls
+	# (a complete fails unless the begin claimed), and the hand-written table
+	# pattern (RETURNING fails the client on a conflict).
+	direct_new => q{BEGIN;
+	                SELECT outcome FROM idempotency_begin('t' || :t, 'dn-' || :k,
+	                                                      request_hash('book'::text));
+	                INSERT INTO orders (tenant, idem_key, item) VALUES ('t' || :t, 'dn-' || :k, 'book');
+	                SELECT idempotency_complete('t' || :t, 'dn-' || :k, 201,
+	                                            jsonb_build_object('item', 'book'));
+	                COMMIT;},
+	plain_new => q{BEGIN;
+	               INSERT INTO keys_plain (tenant, key, status) VALUES ('t' || :t, 'pn-' || :k, 'started')
+	                   ON CONFLICT DO NOTHING RETURNING 1 AS one \gset
+	               INSERT INTO orders (tenant, idem_key, item) VALUES ('t' || :t, 'pn-' || :k, 'book');
+	               UPDATE keys_plain SET status = 'completed', response_status = 201,
+	                                     response_body = jsonb_build_object('item', 'book')
+	                WHERE tenant = 't' || :t AND key = 'pn-' || :k;
+	               COMMIT;},
 	# The replay as an application that calls the API itself sends it: a
 	# delegated idempotency_begin; a stored status other than 201 (or none)
 	# fails the client.
 	direct_replay => q{SELECT response_status AS status
 	                     FROM idempotency_begin('t' || (:g % 64), 'known-' || :g,
 	                                            request_hash('book'::text)) \gset
-	                   \if :status = 201 \else \set not_a_replay 1 / 0 \endif});
+	                   \if :status = 201
+	                   \else
+	                   \set not_a_replay 1 / 0
+	                   \endif});
 my $dir = PostgreSQL::Test::Utils::tempdir();
 for my $workload (keys %scripts)
 {
-	my $script = $scripts{$workload} =~ s/\n\s+/ /gr =~ s/ (\\(?:if|else|set|endif))/\n$1/gr;
+	my $script = $scripts{$workload} =~ s/^\s+//mgr;
 	append_to_file("$dir/$workload.sql",
 		"\\set t random(0, 63)\n\\set k random(1, 4000000000)\n\\set g random(1, $known)\n$script\n");
 }
 
-my @order = qw(bare_insert function_insert new_request replay direct_replay);
+my @order = qw(bare_insert function_insert new_request plain_new direct_new replay direct_replay);
 my %tps;
 for my $rep (1 .. $reps)
 {
@@ -116,9 +146,10 @@ for my $rep (1 .. $reps)
 		push @{ $tps{$workload} }, $tps // 0;
 	}
 }
-is($query->(q{SELECT count(*) FROM orders WHERE idem_key NOT LIKE 'bare-%' AND idem_key NOT LIKE 'fn-%'}),
+is($query->(q{SELECT count(*) FROM orders WHERE idem_key NOT LIKE 'bare-%' AND idem_key NOT LIKE 'fn-%'
+	                                      AND idem_key NOT LIKE 'pn-%'}),
 	$query->(q{SELECT count(*) FROM idempotency.keys WHERE status = 'c'}),
-	'orders placed through the handler = completed keys');
+	'orders placed through the API = completed keys');
 
 sub median
 {
@@ -133,6 +164,7 @@ push @report, sprintf('%-16s tps median %.0f (%s)', $_, median(@{ $tps{$_} }),
 	join(', ', map { sprintf '%.0f', $_ } @{ $tps{$_} }))
   for @order;
 for my $pair ([qw(new_request bare_insert)], [qw(new_request function_insert)],
+	[qw(direct_new plain_new)],
 	[qw(replay bare_insert)], [qw(replay function_insert)],
 	[qw(direct_replay bare_insert)], [qw(direct_replay function_insert)])
 {
