@@ -5,7 +5,8 @@
 # against the same INSERT without idempotency, as a bare distributed INSERT
 # and in a distributed function; a new request in five statements through
 # the API against the hand-written table pattern; a replay by a delegated
-# idempotency_begin.  64 tenants, orders and keys in 4 shards,
+# idempotency_begin; and, as the floor of a delegated call, a distributed
+# function that does nothing.  64 tenants, orders and keys in 4 shards,
 # synchronous_commit = off, CITUS_CLIENTS clients (4), CITUS_REPS
 # repetitions (3) of CITUS_SECONDS (10) each.  Every script checks its answer
 # (the handler's outcome, a row count of 1, a replay's status, a complete
@@ -68,6 +69,13 @@ $query->(
 	  $$;
 	  SELECT create_distributed_function('place_order(text, text, text, text)', 'p_tenant',
 	                                     colocate_with => 'orders');
+	  -- The floor of a delegated call: a distributed function that does nothing.
+	  CREATE FUNCTION noop(p_tenant text) RETURNS text LANGUAGE plpgsql AS $$
+	  BEGIN
+	      RETURN 'ok';
+	  END
+	  $$;
+	  SELECT create_distributed_function('noop(text)', 'p_tenant', colocate_with => 'orders');
 	  -- The hand-written pattern's table, distributed like the keys.
 	  CREATE TABLE keys_plain (tenant text COLLATE "C" NOT NULL, key text NOT NULL,
 	                           status text NOT NULL, response_status integer,
@@ -86,6 +94,7 @@ $query->(join '',
 my %scripts = (
 	bare_insert => q{INSERT INTO orders (tenant, idem_key, item)
 	                 VALUES ('t' || :t, 'bare-' || :k, 'book') RETURNING 1 AS one \gset},
+	delegated_noop => q{SELECT noop('t' || :t) AS answer \gset},
 	function_insert => q{SELECT plain_order('t' || :t, 'fn-' || :k, 'book') AS answer \gset},
 	new_request => q{SELECT place_order('t' || :t, 'new-' || :k, 'book', 'claimed') AS answer \gset},
 	replay => q{SELECT place_order('t' || (:g % 64), 'known-' || :g, 'book', 'replay') AS answer \gset},
@@ -126,7 +135,8 @@ for my $workload (keys %scripts)
 		"\\set t random(0, 63)\n\\set k random(1, 4000000000)\n\\set g random(1, $known)\n$script\n");
 }
 
-my @order = qw(bare_insert function_insert new_request plain_new direct_new replay direct_replay);
+my @order = qw(bare_insert function_insert new_request plain_new direct_new replay direct_replay
+  delegated_noop);
 my %tps;
 for my $rep (1 .. $reps)
 {
@@ -166,7 +176,8 @@ push @report, sprintf('%-16s tps median %.0f (%s)', $_, median(@{ $tps{$_} }),
 for my $pair ([qw(new_request bare_insert)], [qw(new_request function_insert)],
 	[qw(direct_new plain_new)],
 	[qw(replay bare_insert)], [qw(replay function_insert)],
-	[qw(direct_replay bare_insert)], [qw(direct_replay function_insert)])
+	[qw(direct_replay bare_insert)], [qw(direct_replay function_insert)],
+	[qw(replay delegated_noop)], [qw(function_insert delegated_noop)])
 {
 	my @ratios = map { $tps{ $pair->[0] }[$_] / ($tps{ $pair->[1] }[$_] || 1) } 0 .. $reps - 1;
 	push @report, sprintf('%s / %s: %.2f (%s)', @$pair, median(@ratios),
