@@ -63,6 +63,16 @@ Oid tenant_of_caller()
     return settings::tenant_isolation == settings::tenant_isolation_role ? GetUserId() : InvalidOid;
 }
 
+Datum scope_text(Datum scope, Oid type)
+{
+    if (type == TEXTOID)
+        return PointerGetDatum(DatumGetTextPP(scope));
+    Oid output;
+    bool varlena;
+    getTypeOutputInfo(type, &output, &varlena);
+    return CStringGetTextDatum(OidOutputFunctionCall(output, scope));
+}
+
 Datum scope_arg(FunctionCallInfo fcinfo)
 {
     Datum scope = required_arg(fcinfo, 0, "scope");
@@ -76,12 +86,7 @@ Datum scope_arg(FunctionCallInfo fcinfo)
         get_func_signature(fcinfo->flinfo->fn_oid, &types, &count);
         type = types[0];
     }
-    if (type == TEXTOID)
-        return PointerGetDatum(DatumGetTextPP(scope));
-    Oid output;
-    bool varlena;
-    getTypeOutputInfo(type, &output, &varlena);
-    return CStringGetTextDatum(OidOutputFunctionCall(output, scope));
+    return scope_text(scope, type);
 }
 
 store::Key key_args(FunctionCallInfo fcinfo)

@@ -43,8 +43,10 @@ KeyProblem key_problem(Datum scope, Datum key);
 // with 400, apart from the handler's own mistakes (22023, 22001 for a scope,
 // 22004), which are its bugs.
 extern const int errcode_invalid_key;
-// Argument 0, the scope, as text: the variants of the functions for Citus
+// A scope of type `type` as text: the variants of the functions for Citus
 // tenants of type bigint and uuid take it as that type, whose text it is.
+Datum scope_text(Datum scope, Oid type);
+// Argument 0, the scope, as text (scope_text).
 Datum scope_arg(FunctionCallInfo fcinfo);
 // Arguments 0 and 1 (scope, key), checked, with the calling tenant.
 store::Key key_args(FunctionCallInfo fcinfo);

@@ -1,5 +1,6 @@
 // Citus support: see citus.hpp for the protocol and the cache.
 #include "citus.hpp"
+#include "arguments.hpp"
 #include "boundary.hpp"
 #include "module.hpp"
 #include "store.hpp"
@@ -757,50 +758,14 @@ static Access delegated_access(Oid function)
     return access;
 }
 
-// Reads fcinfo's argument 0, a scope, as a value of the type in argument 1.
-static Datum read_scope_as(FunctionCallInfo fcinfo)
-{
-    (void)scope_as(DatumGetObjectId(fcinfo->args[1].value), fcinfo->args[0].value);
-    return (Datum)0;
-}
-
-// With a typed tenant, Citus converts a delegated call's scope to the
-// tenant's type (a bigint scope to an integer tenant), and a scope that is
-// not a value of it fails there, in planning, with the statement in the
-// log -- whose text may hold request data.  The scope (of type `type`, not
-// text) is read here first, as the functions read it, through the error
-// boundary that keeps the statement out.  A scope of the tenant's own type
-// needs no conversion, and is not read.
-static void check_typed_scope(Datum scope, Oid type)
-{
-    Oid keys = store::keys_table();
-    if (!OidIsValid(keys))
-        return;
-    const Layout &current = layout_of(keys);
-    if (!current.distributed || !current.by_shard_key || current.key_type == type)
-        return;
-    Oid output;
-    bool varlena;
-    getTypeOutputInfo(type, &output, &varlena);
-    Datum text = CStringGetTextDatum(OidOutputFunctionCall(output, scope));
-    LOCAL_FCINFO(read, 2);
-    InitFunctionCallInfoData(*read, nullptr, 2, InvalidOid, nullptr, nullptr);
-    read->args[0].value = text;
-    read->args[0].isnull = false;
-    read->args[1].value = ObjectIdGetDatum(current.key_type);
-    read->args[1].isnull = false;
-    errors_without_request_data(read_scope_as, read);
-}
-
 // Whether the keys hold a completed, unexpired record of (scope, key), which
 // a begin only reads (replay or mismatch).  Asked through Citus -- a router
 // query to the scope's placement, which takes no shard metadata lock -- as
 // the table's owner, since the caller need not be allowed to read it.  The
 // user is restored by the abort of an error, as for any security-restricted
 // operation.
-static bool completed_record(Oid keys, Datum scope, Datum key)
+static bool completed_record(Oid keys, Oid shard_key_type, Datum scope, Datum key)
 {
-    const Layout &current = layout_of(keys);
     StringInfoData query;
     initStringInfo(&query);
     appendStringInfoString(
@@ -809,9 +774,9 @@ static bool completed_record(Oid keys, Datum scope, Datum key)
                 " AND k.scope OPERATOR(pg_catalog.=) $1 AND k.key OPERATOR(pg_catalog.=) $2"
                 " AND k.status OPERATOR(pg_catalog.=) 'c'"
                 " AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp()");
-    if (current.by_shard_key) // the distribution column, for Citus to route by
+    if (OidIsValid(shard_key_type)) // the distribution column, for Citus to route by
         appendStringInfo(&query, " AND k.shard_key OPERATOR(pg_catalog.=) $1::%s",
-                         format_type_be_qualified(current.key_type));
+                         format_type_be_qualified(shard_key_type));
     HeapTuple relation = SearchSysCache1(RELOID, ObjectIdGetDatum(keys));
     if (!HeapTupleIsValid(relation))
         elog(ERROR, "cache lookup failed for relation %u", keys);
@@ -834,6 +799,17 @@ static bool completed_record(Oid keys, Datum scope, Datum key)
     return found;
 }
 
+// What the hook does with a delegated call's constant scope, through the
+// error boundary: the statement may hold request data.  Arguments: the
+// scope, its type (text, bigint or uuid), the key (NULL unless a begin's
+// constant key) and the Access.
+//
+// With a typed tenant, Citus converts the scope to the tenant's type (a
+// bigint scope to an integer tenant) in planning, and a scope that is not a
+// value of it would fail there, with the statement in the log: place()
+// reads it as the functions do, first.  A text scope is never converted by
+// Citus: with a typed tenant the text functions are not delegated.
+//
 // Citus delegates a call to the node of its scope's shard without a lock,
 // and leaves the locking to that node; a shard move or split that switches
 // the shard over meanwhile leaves the call on a node that no longer has it
@@ -847,32 +823,28 @@ static bool completed_record(Oid keys, Datum scope, Datum key)
 // wait is a lock wait: cancellable, bounded by lock_timeout, as for a plain
 // write.  A begin of a completed key only reads, and a read never waits for
 // a move: when the lock is not free at once, a begin first asks whether
-// its key is completed, and if so goes without the lock.  Arguments: the
-// scope, its type (text, bigint or uuid), the key (NULL when not a
-// constant) and whether the call is a begin.
-static Datum hold_shard_for_write(FunctionCallInfo fcinfo)
+// its key is completed, and if so goes without the lock.
+static Datum prepare_delegation(FunctionCallInfo fcinfo)
 {
     Oid keys = store::keys_table();
-    if (!OidIsValid(keys) || !layout_of(keys).distributed)
+    if (!OidIsValid(keys))
         return (Datum)0;
-    Datum scope = fcinfo->args[0].value;
+    const Layout &current = layout_of(keys);
     Oid type = DatumGetObjectId(fcinfo->args[1].value);
-    // (A text scope with a typed tenant is not delegated: it runs here.)
-    if (layout_of(keys).by_shard_key && type == TEXTOID)
+    if (!current.distributed || (current.by_shard_key && type == TEXTOID))
+        return (Datum)0; // not delegated: runs here
+    auto access = static_cast<Access>(DatumGetInt32(fcinfo->args[3].value));
+    // (A read needs the scope read only when Citus converts it.)
+    if (access == Access::reads && (!current.by_shard_key || current.key_type == type))
         return (Datum)0;
-    if (type != TEXTOID)
-    {
-        Oid output;
-        bool varlena;
-        getTypeOutputInfo(type, &output, &varlena);
-        scope = CStringGetTextDatum(OidOutputFunctionCall(output, scope));
-    }
+    Oid shard_key_type = current.by_shard_key ? current.key_type : InvalidOid;
+    Datum scope = arguments::scope_text(fcinfo->args[0].value, type);
     Placement placement = place(keys, scope);
-    if (placement.local)
-        return (Datum)0; // runs here, and locks for itself
-    bool begins = DatumGetBool(fcinfo->args[3].value);
-    if (!lock_metadata(placement, false) && begins && !fcinfo->args[2].isnull &&
-        completed_record(keys, scope, fcinfo->args[2].value))
+    if (access == Access::reads || placement.local)
+        return (Datum)0; // a read, or runs here and locks for itself
+    if (!lock_metadata(placement, false) && access == Access::begins &&
+        !fcinfo->args[2].isnull &&
+        completed_record(keys, shard_key_type, scope, fcinfo->args[2].value))
         return (Datum)0;
     lock_placement(keys, scope);
     return (Datum)0;
@@ -884,9 +856,8 @@ static Datum hold_shard_for_write(FunctionCallInfo fcinfo)
 // backend.  This hook runs before Citus's planner (the library is loaded
 // after Citus) and refuses such a call with the error the function itself
 // gives, folding the scope argument the way the planner will (bound
-// parameters included); it reads a scope for a typed tenant
-// (check_typed_scope); and it locks the shard of a call that may write
-// (hold_shard_for_write).  Citus delegates only a constant scope, and plans
+// parameters included); then it reads a scope for a typed tenant and locks
+// the shard of a call that may write (prepare_delegation).  Citus delegates only a constant scope, and plans
 // such a call afresh at each execution (it keeps no generic plan of it), so
 // the hook sees every call Citus delegates.
 static PlannedStmt *plan_delegated_call(Query *query, const char *text, int options,
@@ -908,31 +879,28 @@ static PlannedStmt *plan_delegated_call(Query *query, const char *text, int opti
         if (IsA(scope, Const) && castNode(Const, scope)->constisnull)
             ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                             errmsg("scope must not be null"), errhidestmt(true)));
-        // (A text scope is never converted by Citus: with a typed tenant the
-        // text functions are not delegated, and read it where they run.)
-        if (IsA(scope, Const) && castNode(Const, scope)->consttype != TEXTOID)
-            check_typed_scope(castNode(Const, scope)->constvalue,
-                              castNode(Const, scope)->consttype);
-        // Citus delegates only by a constant scope.
-        if (access != Access::reads && IsA(scope, Const))
+        // Citus delegates only by a constant scope; a read by a text scope
+        // needs nothing (see prepare_delegation).
+        if (IsA(scope, Const) &&
+            !(access == Access::reads && castNode(Const, scope)->consttype == TEXTOID))
         {
-            Node *key = list_length(call->args) > 1
+            Node *key = access == Access::begins && list_length(call->args) > 1
                             ? eval_const_expressions(&root, static_cast<Node *>(lsecond(call->args)))
                             : nullptr;
             bool key_known = key != nullptr && IsA(key, Const) &&
                              !castNode(Const, key)->constisnull &&
                              castNode(Const, key)->consttype == TEXTOID;
-            LOCAL_FCINFO(hold, 4);
-            InitFunctionCallInfoData(*hold, nullptr, 4, InvalidOid, nullptr, nullptr);
-            hold->args[0].value = castNode(Const, scope)->constvalue;
-            hold->args[0].isnull = false;
-            hold->args[1].value = ObjectIdGetDatum(castNode(Const, scope)->consttype);
-            hold->args[1].isnull = false;
-            hold->args[2].value = key_known ? castNode(Const, key)->constvalue : (Datum)0;
-            hold->args[2].isnull = !key_known;
-            hold->args[3].value = BoolGetDatum(access == Access::begins);
-            hold->args[3].isnull = false;
-            errors_without_request_data(hold_shard_for_write, hold);
+            LOCAL_FCINFO(prepare, 4);
+            InitFunctionCallInfoData(*prepare, nullptr, 4, InvalidOid, nullptr, nullptr);
+            prepare->args[0].value = castNode(Const, scope)->constvalue;
+            prepare->args[0].isnull = false;
+            prepare->args[1].value = ObjectIdGetDatum(castNode(Const, scope)->consttype);
+            prepare->args[1].isnull = false;
+            prepare->args[2].value = key_known ? castNode(Const, key)->constvalue : (Datum)0;
+            prepare->args[2].isnull = !key_known;
+            prepare->args[3].value = Int32GetDatum(static_cast<int32>(access));
+            prepare->args[3].isnull = false;
+            errors_without_request_data(prepare_delegation, prepare);
         }
     }
     return previous_planner != nullptr ? previous_planner(query, text, options, params)
