@@ -3,6 +3,7 @@
 // builds its result.
 #include "arguments.hpp"
 #include "boundary.hpp"
+#include "citus.hpp"
 #include "claims.hpp"
 #include "module.hpp"
 #include "stats.hpp"
@@ -359,7 +360,9 @@ BeginAnswer begin(Storage &storage, const BeginArgs &args)
 // writing, under that lock, and the key read again there.
 bool answer_from_shard_read(const BeginArgs &args, BeginAnswer *result)
 {
-    Storage storage = store::open(AccessShareLock, args.key.scope);
+    Storage storage;
+    if (!store::open_here(AccessShareLock, args.key.scope, &storage))
+        return false; // placed on another node: the begin is forwarded there
     BeginArgs read_args = args;
     read_args.key = store::stored_key(storage, args.key);
     TimestampTz now;
@@ -569,6 +572,24 @@ enum class Completed
     replace
 };
 
+// A begin whose shard Citus places on another node, run there
+// (citus::forward_call).  Its claim is noted here, where the calling
+// transaction commits, as a claim made here would be.
+Datum forwarded_begin(FunctionCallInfo fcinfo, const BeginArgs &args)
+{
+    Datum answer = idempotency::citus::forward_call(fcinfo, args.key.scope);
+    if (fcinfo->isnull)
+        return answer;
+    TupleDesc desc = begin_result_desc(fcinfo);
+    bool isnull;
+    Datum outcome = GetAttributeByNum(DatumGetHeapTupleHeader(answer), 1, &isnull);
+    if (!isnull && DatumGetObjectId(outcome) ==
+                       outcome_oids(TupleDescAttr(desc, 0)->atttypid).labels[int(Outcome::claimed)])
+        idempotency::unsettled::note_claim(args.key, args.lease_given);
+    ReleaseTupleDesc(desc);
+    return answer;
+}
+
 // Returns the key's current record, or raises the documented error: IK001
 // when there is none, IK003 for a stale attempt, IK002 when it is completed
 // (unless replacing its response, which needs its attempt).
@@ -612,12 +633,22 @@ enum class Settles
 };
 
 // Finds the caller's in-progress claim, lets `change` edit it, and writes it
-// back: the common course of complete, checkpoint and release.
+// back: the common course of complete, checkpoint and release.  Returns
+// false when Citus places the scope's keys on another node: the call ran
+// there instead (citus::forward_call), and *forwarded is its result.
 template <typename Change>
-void change_held_claim(const store::Key &key_arg, bool has_attempt, int32 attempt, Settles settles,
-                       Change change, Completed completed = Completed::refuse)
+bool change_held_claim(FunctionCallInfo fcinfo, const store::Key &key_arg, bool has_attempt,
+                       int32 attempt, Settles settles, Change change, Datum *forwarded,
+                       Completed completed = Completed::refuse)
 {
-    Storage storage = store::open(RowExclusiveLock, key_arg.scope);
+    Storage storage;
+    if (!store::open_here(RowExclusiveLock, key_arg.scope, &storage))
+    {
+        *forwarded = idempotency::citus::forward_call(fcinfo, key_arg.scope);
+        if (settles == Settles::yes)
+            idempotency::unsettled::note_settled(key_arg);
+        return false;
+    }
     store::Key key = store::stored_key(storage, key_arg);
     HeldClaim claim = held_claim(storage, key, has_attempt, attempt, completed);
     change(storage, claim.record);
@@ -625,6 +656,7 @@ void change_held_claim(const store::Key &key_arg, bool has_attempt, int32 attemp
     store::close(storage);
     if (settles == Settles::yes)
         idempotency::unsettled::note_settled(key);
+    return true;
 }
 
 void set_optional(Record &record, store::Column column, FunctionCallInfo fcinfo, int n)
@@ -706,7 +738,9 @@ IDEMPOTENCY_FUNCTION(idempotency_begin)
     BeginAnswer read_answer;
     if (store::keys_in_shards() && answer_from_shard_read(args, &read_answer))
         return begin_result(fcinfo, read_answer);
-    Storage storage = store::open(RowExclusiveLock, args.key.scope);
+    Storage storage;
+    if (!store::open_here(RowExclusiveLock, args.key.scope, &storage))
+        return forwarded_begin(fcinfo, args);
     if (args.has_claim_data)
         require_column(storage, store::col_claim_data, "claim_data");
     args.key = store::stored_key(storage, args.key);
@@ -740,40 +774,41 @@ IDEMPOTENCY_FUNCTION(idempotency_complete)
                                   "idempotency.store_server_errors is off."),
                         errhidestmt(true)));
     bool replaced = false;
-    change_held_claim(
-        key, has_attempt, attempt, Settles::yes,
-        [&](const Storage &storage, Record &record) {
-            TimestampTz now = GetCurrentTimestamp();
-            if (!store_response)
-            {
-                // A server error is transient: drop the claim so that a retry runs again.
-                record.set(store::col_lease_expires_at, TimestampTzGetDatum(now));
-                return;
-            }
-            replaced = record.completed();
-            if (has_arg(fcinfo, complete_body_bytes))
-                require_column(storage, store::col_response_body_bytes, "response_body_bytes");
-            if (!response.body && !storage.has(store::col_response_body_omitted))
-                check_stored_size(response.size, "response", key); // 0.1.0 refused it
-            record.set(store::col_status, CharGetDatum(store::status_completed));
-            record.set(store::col_completed_at, TimestampTzGetDatum(now));
-            store::set_expiry(storage, record,
-                              plus_interval(now, DatumGetIntervalP(record.values[store::col_ttl])));
-            record.set_null(store::col_lease_expires_at);
-            record.set(store::col_response_status, Int32GetDatum(status));
-            record.set_null(store::col_response_body);
-            record.set_null(store::col_response_body_bytes);
-            record.set_null(store::col_response_headers);
-            if (response.body)
-            {
-                set_optional(record, store::col_response_body, fcinfo, complete_body);
-                set_optional(record, store::col_response_body_bytes, fcinfo, complete_body_bytes);
-            }
-            if (response.headers)
-                set_optional(record, store::col_response_headers, fcinfo, complete_headers);
-            record.set(store::col_response_body_omitted, BoolGetDatum(!response.body));
-        },
-        replace ? Completed::replace : Completed::refuse);
+    auto complete = [&](const Storage &storage, Record &record) {
+        TimestampTz now = GetCurrentTimestamp();
+        if (!store_response)
+        {
+            // A server error is transient: drop the claim so that a retry runs again.
+            record.set(store::col_lease_expires_at, TimestampTzGetDatum(now));
+            return;
+        }
+        replaced = record.completed();
+        if (has_arg(fcinfo, complete_body_bytes))
+            require_column(storage, store::col_response_body_bytes, "response_body_bytes");
+        if (!response.body && !storage.has(store::col_response_body_omitted))
+            check_stored_size(response.size, "response", key); // 0.1.0 refused it
+        record.set(store::col_status, CharGetDatum(store::status_completed));
+        record.set(store::col_completed_at, TimestampTzGetDatum(now));
+        store::set_expiry(storage, record,
+                          plus_interval(now, DatumGetIntervalP(record.values[store::col_ttl])));
+        record.set_null(store::col_lease_expires_at);
+        record.set(store::col_response_status, Int32GetDatum(status));
+        record.set_null(store::col_response_body);
+        record.set_null(store::col_response_body_bytes);
+        record.set_null(store::col_response_headers);
+        if (response.body)
+        {
+            set_optional(record, store::col_response_body, fcinfo, complete_body);
+            set_optional(record, store::col_response_body_bytes, fcinfo, complete_body_bytes);
+        }
+        if (response.headers)
+            set_optional(record, store::col_response_headers, fcinfo, complete_headers);
+        record.set(store::col_response_body_omitted, BoolGetDatum(!response.body));
+    };
+    Datum forwarded;
+    if (!change_held_claim(fcinfo, key, has_attempt, attempt, Settles::yes, complete, &forwarded,
+                           replace ? Completed::replace : Completed::refuse))
+        return forwarded;
     if (store_response && !response.body)
         warn_omitted(key, response);
     namespace stats = idempotency::stats;
@@ -795,18 +830,23 @@ IDEMPOTENCY_FUNCTION(idempotency_checkpoint)
     require_writable("idempotency_checkpoint");
 
     TimestampTz lease_end;
-    change_held_claim(key, has_attempt, attempt, Settles::no, [&](const Storage &, Record &record) {
-        // Without a lease, the claim's own lease length, as begin set it.
-        if (lease == nullptr)
-            lease = record.nulls[store::col_lease]
-                        ? default_lease()
-                        : DatumGetIntervalP(record.values[store::col_lease]);
-        lease_end = plus_interval(GetCurrentTimestamp(), lease);
-        // A NULL recovery point is a plain heartbeat: the last one is kept.
-        if (has_arg(fcinfo, 2))
-            record.set(store::col_recovery_point, PG_GETARG_DATUM(2));
-        record.set(store::col_lease_expires_at, TimestampTzGetDatum(lease_end));
-    });
+    Datum forwarded;
+    if (!change_held_claim(
+            fcinfo, key, has_attempt, attempt, Settles::no,
+            [&](const Storage &, Record &record) {
+                // Without a lease, the claim's own lease length, as begin set it.
+                if (lease == nullptr)
+                    lease = record.nulls[store::col_lease]
+                                ? default_lease()
+                                : DatumGetIntervalP(record.values[store::col_lease]);
+                lease_end = plus_interval(GetCurrentTimestamp(), lease);
+                // A NULL recovery point is a plain heartbeat: the last one is kept.
+                if (has_arg(fcinfo, 2))
+                    record.set(store::col_recovery_point, PG_GETARG_DATUM(2));
+                record.set(store::col_lease_expires_at, TimestampTzGetDatum(lease_end));
+            },
+            &forwarded))
+        return forwarded;
     idempotency::stats::add_if_committed(idempotency::stats::checkpoints);
     PG_RETURN_TIMESTAMPTZ(lease_end);
 }
@@ -818,9 +858,14 @@ IDEMPOTENCY_FUNCTION(idempotency_release)
     bool has_attempt = optional_int_arg(fcinfo, 2, &attempt);
     require_writable("idempotency_release");
 
-    change_held_claim(key, has_attempt, attempt, Settles::yes, [](const Storage &, Record &record) {
-        record.set(store::col_lease_expires_at, TimestampTzGetDatum(GetCurrentTimestamp()));
-    });
+    Datum forwarded;
+    if (!change_held_claim(
+            fcinfo, key, has_attempt, attempt, Settles::yes,
+            [](const Storage &, Record &record) {
+                record.set(store::col_lease_expires_at, TimestampTzGetDatum(GetCurrentTimestamp()));
+            },
+            &forwarded))
+        return forwarded;
     idempotency::stats::add_if_committed(idempotency::stats::releases);
     PG_RETURN_VOID();
 }
@@ -836,7 +881,13 @@ IDEMPOTENCY_FUNCTION(idempotency_forget)
     bool has_attempt = optional_int_arg(fcinfo, 2, &attempt);
     require_writable("idempotency_forget");
 
-    Storage storage = store::open(RowExclusiveLock, key.scope);
+    Storage storage;
+    if (!store::open_here(RowExclusiveLock, key.scope, &storage))
+    {
+        Datum forwarded = idempotency::citus::forward_call(fcinfo, key.scope);
+        idempotency::unsettled::note_settled(key);
+        return forwarded;
+    }
     key = store::stored_key(storage, key);
     HeldClaim claim = current_record(storage, key);
     const Record &record = claim.record;

@@ -565,7 +565,7 @@ static void force_two_phase()
                        shard),
              errhint("Call the functions in a shape Citus delegates by scope, e.g. SELECT * "
                      "FROM idempotency_begin(...), or from a function distributed by the "
-                     "tenant column; then retry."),
+                     "tenant column with the scope of its tenant; then retry."),
              errhidestmt(true)));
 }
 
@@ -596,18 +596,23 @@ static void force_two_phase()
 // and the switch cannot drop it while this lock is held.  Locking processed
 // the invalidations of a switch committed before it, and one committed
 // after it happened during the read: either way the read shows the scope as
-// it was at a moment of the call.  A placement moved away gives IK005.
-static Oid read_placement(Oid keys, Datum scope, const Placement &placement)
+// it was at a moment of the call.  A placement moved away gives IK005 (or,
+// with elsewhere_ok, InvalidOid: the call goes on as a write, forwarded).
+static Oid read_placement(Oid keys, Datum scope, const Placement &placement, bool elsewhere_ok)
 {
     Oid relid = lock_shard_relation(keys, placement.shard, AccessShareLock, false);
     AcceptInvalidationMessages();
     Placement now = place(keys, scope);
     if (!now.same_shard(placement) || !now.local)
+    {
+        if (elsewhere_ok)
+            return InvalidOid;
         not_routed(now.shard);
+    }
     return relid;
 }
 
-Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode)
+Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode, bool elsewhere_ok)
 {
     bool reader = lockmode == AccessShareLock;
     Placement placement = reader ? place(keys, scope) : lock_placement(keys, scope);
@@ -630,10 +635,184 @@ Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode)
                  errdetail("Role OIDs differ between Citus nodes and shard moves copy them."),
                  errhint("Use one scope per tenant (the tenant column) instead.")));
     if (!placement.local)
+    {
+        if (elsewhere_ok)
+            return InvalidOid;
         not_routed(placement.shard);
+    }
     if (reader)
-        return read_placement(keys, scope, placement);
+        return read_placement(keys, scope, placement, elsewhere_ok);
     return lock_shard_relation(keys, placement.shard, lockmode, false);
+}
+
+// ---------------------------------------------------------------------------
+// A call whose shard is placed on another node, run there through Citus
+// ---------------------------------------------------------------------------
+
+// Citus's exported routines and flags that forward_call relies on, looked up
+// once in the loaded library (NULL when a version does not export one: then
+// calls are not forwarded).  Only read on the Citus releases the layout is
+// trusted on (require_tested_citus, which layout_of() ran before any
+// placement was found elsewhere).  Safe to keep for the backend's life: a
+// loaded library is never unloaded, so the addresses stay valid.
+struct CitusExecution
+{
+    bool looked_up;
+    void (*use_coordinated_transaction)();
+    bool (*internal_backend)();
+    const bool *in_delegated_function; // InTopLevelDelegatedFunctionCall
+    const bool *in_delegated_procedure;
+};
+
+static const CitusExecution &citus_execution()
+{
+    static CitusExecution execution = {};
+    if (!execution.looked_up)
+    {
+        auto symbol = [](const char *name) {
+            return reinterpret_cast<void *>(
+                load_external_function("$libdir/citus", name, false, nullptr));
+        };
+        execution.use_coordinated_transaction =
+            reinterpret_cast<void (*)()>(symbol("UseCoordinatedTransaction"));
+        execution.internal_backend = reinterpret_cast<bool (*)()>(symbol("IsCitusInternalBackend"));
+        execution.in_delegated_function =
+            static_cast<const bool *>(symbol("InTopLevelDelegatedFunctionCall"));
+        execution.in_delegated_procedure =
+            static_cast<const bool *>(symbol("InDelegatedProcedureCall"));
+        execution.looked_up = true;
+    }
+    return execution;
+}
+
+// Whether Citus lets this backend run a query on another node: its own rule
+// against nested distributed execution.  A client's backend may; a backend
+// Citus opened (a query on a shard, or a call it delegated) only inside a
+// delegated call that Citus lets run remote queries (a function's call that
+// is not force-delegated, or is outside a transaction block, or a
+// procedure's).  Where Citus would refuse, the call answers IK005 instead.
+static bool remote_execution_allowed()
+{
+    const CitusExecution &execution = citus_execution();
+    if (execution.use_coordinated_transaction == nullptr || execution.internal_backend == nullptr ||
+        execution.in_delegated_function == nullptr || execution.in_delegated_procedure == nullptr)
+        return false;
+    return !execution.internal_backend() || *execution.in_delegated_function ||
+           *execution.in_delegated_procedure;
+}
+
+// Runs `query` with the call's arguments as $2.. and the routing value as $1,
+// as the keys' owner: callers need not be allowed to read or update the
+// keys, and the call itself does nothing that depends on the role (tenant
+// isolation by role is refused with distributed keys).  The user is
+// restored by the abort of an error.  Returns the first column of the only
+// row, copied into the caller's memory context.
+static Datum run_routed(Oid owner, const char *query, int nargs, Oid *types, Datum *values,
+                        const char *nulls, bool *isnull)
+{
+    Oid user;
+    int security;
+    GetUserIdAndSecContext(&user, &security);
+    SetUserIdAndSecContext(owner,
+                           security | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+    SPI_connect();
+    int result = SPI_execute_with_args(query, nargs, types, values, nulls, false, 0);
+    Datum value = (Datum)0;
+    *isnull = true;
+    if (result == SPI_OK_SELECT && SPI_processed == 1)
+    {
+        value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, isnull);
+        if (!*isnull)
+        {
+            Form_pg_attribute column = TupleDescAttr(SPI_tuptable->tupdesc, 0);
+            value = SPI_datumTransfer(value, column->attbyval, column->attlen);
+        }
+    }
+    else if (result != SPI_OK_UPDATE)
+        elog(ERROR, "forwarding a call to the node of its shard returned %d rows (SPI %d)",
+             int(SPI_processed), result);
+    SPI_finish();
+    SetUserIdAndSecContext(user, security);
+    return value;
+}
+
+// Citus routes a query to the node of a shard by its distribution column;
+// these two name the scope's shard of the keys (by $1) and touch no row:
+// ctid (0,0) is no tuple's, and the planner cannot know that.  The first is
+// a write, so that Citus runs it, and all that follows on that shard, in a
+// transaction block it prepares with two-phase commit; the second runs the
+// call on that node, once.
+static const char route_write[] = "UPDATE %s SET key = key WHERE %s OPERATOR(pg_catalog.=) $1"
+                                  " AND ctid OPERATOR(pg_catalog.=) '(0,0)'::pg_catalog.tid";
+static const char route_call[] =
+    "SELECT %s FROM (SELECT pg_catalog.count(*) FROM %s WHERE %s OPERATOR(pg_catalog.=) $1"
+    " AND ctid OPERATOR(pg_catalog.=) '(0,0)'::pg_catalog.tid) AS route";
+
+Datum forward_call(FunctionCallInfo fcinfo, Datum scope)
+{
+    Oid keys = store::keys_table();
+    Placement placement = lock_placement(keys, scope);
+    if (placement.local)
+        elog(ERROR, "forwarding a call whose shard " INT64_FORMAT " is placed here",
+             placement.shard);
+    if (!remote_execution_allowed())
+        not_routed(placement.shard);
+    const Layout &current = layout_of(keys);
+    Oid key_type = current.by_shard_key ? current.key_type : TEXTOID;
+    Datum route = current.by_shard_key ? scope_value(const_cast<FmgrInfo *>(&current.input),
+                                                     current.input_param, key_type, scope)
+                                       : scope;
+    const char *column = current.by_shard_key ? "shard_key" : "scope";
+    char *table =
+        quote_qualified_identifier(get_namespace_name(get_rel_namespace(keys)), get_rel_name(keys));
+    HeapTuple relation = SearchSysCache1(RELOID, ObjectIdGetDatum(keys));
+    if (!HeapTupleIsValid(relation))
+        elog(ERROR, "cache lookup failed for relation %u", keys);
+    Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(relation))->relowner;
+    ReleaseSysCache(relation);
+
+    // The call: this function, by its name and its arguments' types, with
+    // every argument as given (defaults already filled in).
+    Oid function = fcinfo->flinfo != nullptr ? fcinfo->flinfo->fn_oid : InvalidOid;
+    HeapTuple procedure = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
+    if (!HeapTupleIsValid(procedure))
+        elog(ERROR, "cache lookup failed for function %u", function);
+    auto form = reinterpret_cast<Form_pg_proc>(GETSTRUCT(procedure));
+    int nargs = fcinfo->nargs;
+    if (nargs != form->pronargs)
+        elog(ERROR, "forwarding a call with %d arguments of a function that takes %d", nargs,
+             int(form->pronargs));
+    StringInfoData call;
+    initStringInfo(&call);
+    appendStringInfo(
+        &call, "%s(",
+        quote_qualified_identifier(get_namespace_name(form->pronamespace), NameStr(form->proname)));
+    Oid *types = static_cast<Oid *>(palloc(sizeof(Oid) * (nargs + 1)));
+    Datum *values = static_cast<Datum *>(palloc(sizeof(Datum) * (nargs + 1)));
+    char *nulls = static_cast<char *>(palloc(nargs + 1));
+    types[0] = key_type;
+    values[0] = route;
+    nulls[0] = ' ';
+    for (int i = 0; i < nargs; i++)
+    {
+        appendStringInfo(&call, "%s$%d", i > 0 ? ", " : "", i + 2);
+        types[i + 1] = form->proargtypes.values[i];
+        values[i + 1] = fcinfo->args[i].value;
+        nulls[i + 1] = fcinfo->args[i].isnull ? 'n' : ' ';
+    }
+    appendStringInfoChar(&call, ')');
+    ReleaseSysCache(procedure);
+
+    // The whole transaction commits with two-phase commit, the shard's node
+    // prepared with the rest (see route_write).
+    citus_execution().use_coordinated_transaction();
+    force_two_phase();
+    bool isnull;
+    run_routed(owner, psprintf(route_write, table, column), 1, types, values, nulls, &isnull);
+    Datum result = run_routed(owner, psprintf(route_call, call.data, table, column), nargs + 1,
+                              types, values, nulls, &isnull);
+    fcinfo->isnull = isnull;
+    return result;
 }
 
 bool loaded()
@@ -730,13 +909,11 @@ static Access delegated_access(Oid function)
     {
         const char *name;
         Access access;
-    } functions[] = {{"idempotency_begin", Access::begins},
-                     {"idempotency_complete", Access::writes},
-                     {"idempotency_checkpoint", Access::writes},
-                     {"idempotency_release", Access::writes},
-                     {"idempotency_forget", Access::writes},
-                     {"idempotency_lookup", Access::reads},
-                     {"idempotency_keys", Access::reads}};
+    } functions[] = {
+        {"idempotency_begin", Access::begins},      {"idempotency_complete", Access::writes},
+        {"idempotency_checkpoint", Access::writes}, {"idempotency_release", Access::writes},
+        {"idempotency_forget", Access::writes},     {"idempotency_lookup", Access::reads},
+        {"idempotency_keys", Access::reads}};
     HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
     if (!HeapTupleIsValid(tuple))
         return Access::none;
@@ -785,14 +962,14 @@ static bool completed_record(Oid keys, Oid shard_key_type, Datum scope, Datum ke
     Oid user;
     int security;
     GetUserIdAndSecContext(&user, &security);
-    SetUserIdAndSecContext(owner, security | SECURITY_LOCAL_USERID_CHANGE |
-                                      SECURITY_RESTRICTED_OPERATION);
+    SetUserIdAndSecContext(owner,
+                           security | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
     Oid types[] = {TEXTOID, TEXTOID};
     Datum values[] = {scope, key};
     SPI_connect();
-    bool found = SPI_execute_with_args(query.data, 2, types, values, nullptr, true, 1) ==
-                     SPI_OK_SELECT &&
-                 SPI_processed > 0;
+    bool found =
+        SPI_execute_with_args(query.data, 2, types, values, nullptr, true, 1) == SPI_OK_SELECT &&
+        SPI_processed > 0;
     SPI_finish();
     SetUserIdAndSecContext(user, security);
     pfree(query.data);
@@ -842,8 +1019,7 @@ static Datum prepare_delegation(FunctionCallInfo fcinfo)
     Placement placement = place(keys, scope);
     if (access == Access::reads || placement.local)
         return (Datum)0; // a read, or runs here and locks for itself
-    if (!lock_metadata(placement, false) && access == Access::begins &&
-        !fcinfo->args[2].isnull &&
+    if (!lock_metadata(placement, false) && access == Access::begins && !fcinfo->args[2].isnull &&
         completed_record(keys, shard_key_type, scope, fcinfo->args[2].value))
         return (Datum)0;
     lock_placement(keys, scope);
@@ -857,15 +1033,15 @@ static Datum prepare_delegation(FunctionCallInfo fcinfo)
 // after Citus) and refuses such a call with the error the function itself
 // gives, folding the scope argument the way the planner will (bound
 // parameters included); then it reads a scope for a typed tenant and locks
-// the shard of a call that may write (prepare_delegation).  Citus delegates only a constant scope, and plans
-// such a call afresh at each execution (it keeps no generic plan of it), so
-// the hook sees every call Citus delegates.
+// the shard of a call that may write (prepare_delegation).  Citus delegates only a constant scope,
+// and plans such a call afresh at each execution (it keeps no generic plan of it), so the hook sees
+// every call Citus delegates.
 static PlannedStmt *plan_delegated_call(Query *query, const char *text, int options,
                                         ParamListInfo params)
 {
     FuncExpr *call = single_call(query);
-    Access access = call != nullptr && call->args != NIL ? delegated_access(call->funcid)
-                                                          : Access::none;
+    Access access =
+        call != nullptr && call->args != NIL ? delegated_access(call->funcid) : Access::none;
     if (access != Access::none)
     {
         PlannerGlobal glob = {};
@@ -884,9 +1060,10 @@ static PlannedStmt *plan_delegated_call(Query *query, const char *text, int opti
         if (IsA(scope, Const) &&
             !(access == Access::reads && castNode(Const, scope)->consttype == TEXTOID))
         {
-            Node *key = access == Access::begins && list_length(call->args) > 1
-                            ? eval_const_expressions(&root, static_cast<Node *>(lsecond(call->args)))
-                            : nullptr;
+            Node *key =
+                access == Access::begins && list_length(call->args) > 1
+                    ? eval_const_expressions(&root, static_cast<Node *>(lsecond(call->args)))
+                    : nullptr;
             bool key_known = key != nullptr && IsA(key, Const) &&
                              !castNode(Const, key)->constisnull &&
                              castNode(Const, key)->consttype == TEXTOID;

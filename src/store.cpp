@@ -161,31 +161,51 @@ static void open_locked(Storage *storage, Oid heap_oid, LOCKMODE lockmode)
 }
 
 // `scope`: the scope whose keys are to be read or written, (Datum)0 for the
-// table itself (expiry).
-static bool open_storage(Storage *storage, LOCKMODE lockmode, bool skip_if_busy, Datum scope)
+// table itself (expiry).  False when the table is missing (or busy); with
+// elsewhere_ok, storage->heap is NULL when Citus places the scope's keys on
+// another node.
+static bool open_storage(Storage *storage, LOCKMODE lockmode, bool skip_if_busy, Datum scope,
+                         bool elsewhere_ok = false)
 {
     Oid heap_oid = lock_heap(lockmode, skip_if_busy);
     if (!OidIsValid(heap_oid))
         return false;
     // Citus hook: when Citus distributes idempotency.keys, the keys of the
     // scope are in its shard for the scope, which must be placed on this node
-    // (else IK005), locked as Citus's executor locks a shard it writes.  Left
-    // as is otherwise -- then a write asks Citus for two-phase commit.  See
-    // citus.hpp.
+    // (else IK005, or elsewhere), locked as Citus's executor locks a shard it
+    // writes.  Left as is otherwise -- then a write asks Citus for two-phase
+    // commit.  See citus.hpp.
     if (scope != (Datum)0)
-        heap_oid = citus::relation_for_scope(heap_oid, scope, lockmode);
+        heap_oid = citus::relation_for_scope(heap_oid, scope, lockmode, elsewhere_ok);
+    if (!OidIsValid(heap_oid))
+    {
+        storage->heap = nullptr;
+        return true;
+    }
     open_locked(storage, heap_oid, lockmode);
     return true;
+}
+
+[[noreturn]] static void missing_table()
+{
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                    errmsg("relation \"idempotency.keys\" does not exist"),
+                    errhint("Run CREATE EXTENSION idempotency in this database.")));
 }
 
 Storage open(LOCKMODE lockmode, Datum scope)
 {
     Storage storage;
     if (!open_storage(&storage, lockmode, false, scope))
-        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
-                        errmsg("relation \"idempotency.keys\" does not exist"),
-                        errhint("Run CREATE EXTENSION idempotency in this database.")));
+        missing_table();
     return storage;
+}
+
+bool open_here(LOCKMODE lockmode, Datum scope, Storage *storage)
+{
+    if (!open_storage(storage, lockmode, false, scope, true))
+        missing_table();
+    return storage->heap != nullptr;
 }
 
 Oid keys_table()

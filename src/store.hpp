@@ -187,6 +187,10 @@ struct Record
 // Raises an error when the storage is missing.  When Citus distributes the
 // table, opens instead its shard that holds `scope` (citus.hpp).
 Storage open(LOCKMODE lockmode, Datum scope);
+// open() for a call that can be forwarded: false, with `storage` not opened,
+// when Citus places the scope's keys on another node (citus::forward_call
+// runs the call there).
+bool open_here(LOCKMODE lockmode, Datum scope, Storage *storage);
 
 // The OID of idempotency.keys, locked in AccessShareLock to the end of the
 // transaction; InvalidOid when the extension is not installed here.

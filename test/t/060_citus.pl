@@ -5,9 +5,13 @@
 # next to the tenant's rows, with concurrent same-key requests, coordinator
 # crashes, a shard move under load, a block_writes move waiting for a claim
 # (reads answer meanwhile, a new request waits and then claims on the new
-# node), expiry on the shards and a non-superuser caller.  A worker never uses keys of its own, and a NULL scope never reaches
-# Citus's delegation.  Skipped, visibly, when the citus library is not
-# installed.
+# node), expiry on the shards and a non-superuser caller.  A call on a node
+# without the scope's shard (a shape Citus does not delegate, a client of
+# the other worker) is forwarded to the shard's node in the caller's
+# transaction: it commits with two-phase commit, rolls back with it and with
+# a savepoint; where Citus refuses a remote query, IK005.  A worker never
+# uses keys of its own, and a NULL scope never reaches Citus's delegation.
+# Skipped, visibly, when the citus library is not installed.
 use strict;
 use warnings;
 use FindBin;
@@ -285,16 +289,106 @@ query($create_handler);
 		is($sqlstate, '0A000', "$what is refused");
 		like($stderr, $message, "... saying why ($what)");
 	}
+	# A call in a shape Citus does not delegate runs on the coordinator,
+	# which does not hold the scope's shard: the call is forwarded to the
+	# shard's node, in the caller's transaction.
+	my $key_count = sub {
+		my ($key) = @_;
+		return query(sprintf(q{SELECT count(*) FROM idempotency.keys WHERE scope = 'ten1' AND key = %s},
+				quote($key)));
+	};
 	my ($sqlstate, $stderr) = sql_error($coordinator, $db,
 		q{SELECT (idempotency_begin('ten1', 'field', request_hash('x'::text))).outcome});
-	is($sqlstate, 'IK005', 'a call shape Citus does not delegate is refused with IK005');
-	like($stderr, qr/not routed/, '... saying the call was not routed');
-	# doc/citus.md's table says a WHERE clause keeps a call from being
-	# delegated (Citus 13.2 plans it on the coordinator): it must hear IK005 too.
-	($sqlstate) = sql_error($coordinator, $db,
-		sprintf(q{BEGIN; SELECT outcome FROM %s WHERE outcome IS NOT NULL; COMMIT},
-			begin_call('ten1', 'local-pre', 'POST /orders')));
-	is($sqlstate, 'IK005', 'a call filtered by a WHERE clause is not delegated: IK005');
+	is($sqlstate, 'IK004',
+		'forwarded: a claim outside a transaction block is refused at commit, as here (IK004)');
+	is($key_count->('field'), '0', '... and rolled back on the node of the shard');
+	# With a write on the coordinator between them: the worker's part must
+	# be prepared before the coordinator commits, else a crash between the
+	# two commits keeps one without the other.
+	my ($ret, $stdout);
+	($ret, $stdout, $stderr) = $coordinator->psql(
+		$db,
+		sprintf(
+			q{SET citus.log_remote_commands = on;
+			  SET client_min_messages = log;
+			  BEGIN;
+			  SELECT (%s).outcome;
+			  INSERT INTO hold VALUES (2);
+			  SELECT done FROM %s AS done WHERE done IS NOT NULL;
+			  COMMIT},
+			begin_call('ten1', 'forwarded', 'POST /orders'),
+			complete_call('ten1', 'forwarded', 201)));
+	is("$ret|$stdout", "0|claimed\nt",
+		'forwarded: a claim and its completion in shapes Citus does not delegate')
+	  or diag($stderr);
+	like($stderr, qr/PREPARE TRANSACTION/,
+		'forwarded: ... commit with two-phase commit, the shard\'s node prepared');
+	is(query('SELECT outcome FROM ' . begin_call('ten1', 'forwarded', 'POST /orders')),
+		'replay', 'forwarded: ... and the key replays through a delegated call');
+	is(query(sprintf(q{SELECT (%s).outcome}, begin_call('ten1', 'forwarded', 'POST /orders'))),
+		'replay', 'forwarded: a replay');
+	query(sprintf(q{BEGIN; SELECT (%s).outcome; ROLLBACK},
+			begin_call('ten1', 'forwarded-rollback', 'POST /orders')));
+	is($key_count->('forwarded-rollback'), '0', 'forwarded: a claim rolls back with its transaction');
+	is( query(
+			sprintf(
+				q{BEGIN;
+				  SAVEPOINT s;
+				  SELECT (%1$s).outcome;
+				  ROLLBACK TO SAVEPOINT s;
+				  SELECT (%1$s).attempt;
+				  COMMIT;
+				  SELECT status, attempt FROM idempotency_lookup('ten1', 'forwarded-savepoint')},
+				begin_call('ten1', 'forwarded-savepoint', 'POST /orders'))),
+		"claimed\n1\nin_progress|1",
+		'forwarded: a claim rolled back to a savepoint is gone, and claimed again');
+	# A client of the worker that does not hold the shard.
+	my ($elsewhere) = grep { $_->port != worker_of('ten1')->port } @workers;
+	is( $elsewhere->safe_psql(
+			$db,
+			sprintf(q{BEGIN; SELECT outcome FROM %s; %s; SELECT %s; COMMIT},
+				begin_call('ten1', 'from-worker', 'POST /orders'),
+				order_sql('ten1', 'from-worker'),
+				complete_call('ten1', 'from-worker', 201))),
+		"claimed\nt",
+		'forwarded: a request on the worker without the shard');
+	is(query('SELECT outcome FROM ' . begin_call('ten1', 'from-worker', 'POST /orders')),
+		'replay', '... replays through the coordinator');
+	is(order_count('ten1', 'from-worker'), '1', '... with its order');
+	# A distributed function that handles a request of another tenant's
+	# scope: Citus runs it on the node of its own tenant, which forwards the
+	# calls.  Citus lets no query run on another node in a call it
+	# force-delegates inside a transaction block: IK005 there.
+	my ($foreign) =
+	  grep { worker_of($_)->port != worker_of('ten1')->port } map { "ten$_" } 2 .. 20;
+	for my $forced ('false', 'true')
+	{
+		query(sprintf(
+				q{CREATE FUNCTION handle_for_%1$s(p_tenant text, p_scope text, p_key text)
+				  RETURNS text LANGUAGE plpgsql AS $$
+				  DECLARE
+				      answer idempotency_begin_result;
+				  BEGIN
+				      answer := idempotency_begin(p_scope, p_key, request_hash('x'::text));
+				      IF answer.outcome = 'claimed' THEN
+				          PERFORM idempotency_complete(p_scope, p_key, 201, NULL);
+				      END IF;
+				      RETURN answer.outcome;
+				  END $$;
+				  SELECT create_distributed_function('handle_for_%1$s(text, text, text)', 'p_tenant',
+				             colocate_with => 'orders', force_delegation => %1$s)},
+				$forced));
+	}
+	my $handle_for = sprintf(q{SELECT handle_for_false('ten1', %s, 'nested')}, quote($foreign));
+	is(query($handle_for), 'claimed', 'forwarded: from a distributed function on another node');
+	is(query($handle_for), 'replay', '... which replays');
+	is(query(sprintf(q{SELECT status FROM idempotency_lookup(%s, 'nested')}, quote($foreign))),
+		'completed', '... with the key completed on the node of its shard');
+	($sqlstate, $stderr) = sql_error($coordinator, $db,
+		sprintf(q{BEGIN; SELECT handle_for_true('ten1', %s, 'nested-in-block'); COMMIT},
+			quote($foreign)));
+	is($sqlstate, 'IK005',
+		'a scope of another node in a force-delegated call in a transaction block: IK005');
 
 	# A NULL scope, which Citus's delegation would hash without a NULL check:
 	# 22004 from the extension before Citus plans the call, whatever shape
@@ -408,8 +502,7 @@ for my $point (qw(pre_commit post_commit))
 		  . query(q{SELECT count(*) FROM orders}) . ' orders');
 	like($log{out}, qr/number of transactions actually processed: [1-9]/,
 		'move: pgbench ran requests') or diag($log{err});
-	unlike($log{err}, qr/ERROR:  (?!.*not stored on this node)/,
-		'move: no error but IK005 (not routed, retryable)');
+	unlike($log{err}, qr/ERROR/, 'move: no error (a call that reached the old node is forwarded)');
 	is(query(sprintf(q{SELECT nodeport FROM pg_dist_shard_placement
 	                    WHERE shardid = get_shard_id_for_distribution_column('idempotency.keys', 't1')})),
 		$target->port, 'move: the keys of t1 moved with its orders');
