@@ -327,6 +327,10 @@ query($create_handler);
 		'replay', 'forwarded: ... and the key replays through a delegated call');
 	is(query(sprintf(q{SELECT (%s).outcome}, begin_call('ten1', 'forwarded', 'POST /orders'))),
 		'replay', 'forwarded: a replay');
+	($sqlstate) = sql_error($coordinator, $db,
+		sprintf(q{SELECT done FROM %s AS done WHERE done IS NOT NULL},
+			complete_call('ten1', 'never-claimed', 201)));
+	is($sqlstate, 'IK001', 'forwarded: the error of the call on the node, with its SQLSTATE');
 	query(sprintf(q{BEGIN; SELECT (%s).outcome; ROLLBACK},
 			begin_call('ten1', 'forwarded-rollback', 'POST /orders')));
 	is($key_count->('forwarded-rollback'), '0', 'forwarded: a claim rolls back with its transaction');
