@@ -8,8 +8,10 @@
 # node), expiry on the shards and a non-superuser caller.  A call on a node
 # without the scope's shard (a shape Citus does not delegate, a client of
 # the other worker) is forwarded to the shard's node in the caller's
-# transaction: it commits with two-phase commit, rolls back with it and with
-# a savepoint; where Citus refuses a remote query, IK005.  A worker never
+# transaction: it commits with two-phase commit (a coordinator crash at
+# either commit point keeps the claim on the worker and an order on the
+# coordinator together), rolls back with it and with a savepoint; where
+# Citus refuses a remote query, IK005.  A worker never
 # uses keys of its own, and a NULL scope never reaches Citus's delegation.
 # Skipped, visibly, when the citus library is not installed.
 use strict;
@@ -90,7 +92,30 @@ sub wait_for_wait_event
 	return;
 }
 
-# Runs a request on the coordinator (begin, order, complete) and sends its
+# A request's statements inside its transaction: begin, order, complete.
+# With forwarded, in shapes Citus does not delegate (forwarded to the shard's
+# node), and the order in a table of the coordinator.
+sub request_statements
+{
+	my ($tenant, $key, %opts) = @_;
+	return (
+		'SELECT outcome FROM ' . begin_call($tenant, $key, 'POST /orders'),
+		order_sql($tenant, $key),
+		'SELECT ' . complete_call($tenant, $key, 201)) unless $opts{forwarded};
+	return (
+		sprintf(q{SELECT (%s).outcome}, begin_call($tenant, $key, 'POST /orders')),
+		sprintf(q{INSERT INTO local_orders VALUES (%s, %s)}, quote($tenant), quote($key)),
+		sprintf(q{SELECT done FROM %s AS done WHERE done IS NOT NULL},
+			complete_call($tenant, $key, 201)));
+}
+
+sub local_order_count
+{
+	my ($key) = @_;
+	return query(sprintf(q{SELECT count(*) FROM local_orders WHERE idem_key = %s}, quote($key)));
+}
+
+# Runs a request on the coordinator (request_statements) and sends its
 # COMMIT; the commit is held at $point:
 #  - 'pre_commit': after Citus's pre-commit work on the workers (PREPARE with
 #    two-phase commit, else a one-phase COMMIT) and before the local commit
@@ -104,7 +129,7 @@ sub wait_for_wait_event
 # transactions the worker had while the commit was held.
 sub crash_at_commit_point
 {
-	my ($point, $tenant, $key) = @_;
+	my ($point, $tenant, $key, %opts) = @_;
 	my $holder;
 	if ($point eq 'pre_commit')
 	{
@@ -119,10 +144,9 @@ sub crash_at_commit_point
 	my $pid = $request->query_safe('SELECT pg_backend_pid()');
 	$request->query_safe($point eq 'post_commit' ? 'SET synchronous_commit = on' : 'SELECT');
 	$request->query_safe('BEGIN');
-	is($request->query_safe('SELECT outcome FROM ' . begin_call($tenant, $key, 'POST /orders')),
-		'claimed', "$point, $key: claimed");
-	$request->query_safe(order_sql($tenant, $key));
-	$request->query_safe('SELECT ' . complete_call($tenant, $key, 201));
+	my @statements = request_statements($tenant, $key, %opts);
+	is($request->query_safe(shift @statements), 'claimed', "$point, $key: claimed");
+	$request->query_safe($_) for @statements;
 	$request->query_safe('NOTIFY hold') if $point eq 'pre_commit';
 	$request->query_until(qr//, "COMMIT;\n");
 	wait_for_wait_event($pid, $point eq 'pre_commit' ? 'object' : 'SyncRep');
@@ -149,18 +173,18 @@ sub outcome_of
 # claimed: the order exists once.
 sub retry_once
 {
-	my ($point, $tenant, $key, $expected) = @_;
+	my ($point, $tenant, $key, $expected, %opts) = @_;
 	if ($expected eq 'claimed')
 	{
-		is( run_request($coordinator, $db, $tenant, $key, 'POST /orders', 201,
-				write => order_sql($tenant, $key)),
-			"claimed 1\nt", "$point, $key: the retry claims and runs the request");
+		is( query(join ";\n", 'BEGIN', request_statements($tenant, $key, %opts), 'COMMIT'),
+			"claimed\nt", "$point, $key: the retry claims and runs the request");
 	}
 	else
 	{
 		is(outcome_of($tenant, $key), $expected, "$point, $key: the retry is told $expected");
 	}
-	is(order_count($tenant, $key), '1', "$point, $key: exactly one order");
+	is($opts{forwarded} ? local_order_count($key) : order_count($tenant, $key),
+		'1', "$point, $key: exactly one order");
 	return;
 }
 
@@ -480,6 +504,21 @@ for my $point (qw(pre_commit post_commit))
 {
 	crash_at_commit_point($point, 'ten3', "dist-$point");
 	retry_once($point, 'ten3', "dist-$point", 'replay');
+}
+
+# The same with the calls forwarded to the shard's node and the order in a
+# table of the coordinator: the claim on the worker and the order on the
+# coordinator commit with two-phase commit.
+query(q{CREATE TABLE local_orders (tenant text, idem_key text)});
+for my $point (qw(pre_commit post_commit))
+{
+	my $key = "forwarded-$point";
+	my $prepared = crash_at_commit_point($point, 'ten3', $key, forwarded => 1);
+	is($prepared, '1', "$point, $key: the shard's node held the claim as a prepared transaction");
+	my $claimed = $point eq 'pre_commit';
+	is(local_order_count($key), $claimed ? '0' : '1',
+		"$point, $key: the order " . ($claimed ? 'rolled back' : 'committed') . ' with the claim');
+	retry_once($point, 'ten3', $key, $claimed ? 'claimed' : 'replay', forwarded => 1);
 }
 
 # ---------------------------------------------------------------------------
