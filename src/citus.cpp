@@ -701,78 +701,43 @@ static bool remote_execution_allowed()
            *execution.in_delegated_procedure;
 }
 
-// Runs `query` with the call's arguments as $2.. and the routing value as $1,
-// as the keys' owner: callers need not be allowed to read or update the
-// keys, and the call itself does nothing that depends on the role (tenant
-// isolation by role is refused with distributed keys).  The user is
-// restored by the abort of an error.  Returns the first column of the only
-// row, copied into the caller's memory context.
-static Datum run_routed(Oid owner, const char *query, int nargs, Oid *types, Datum *values,
-                        const char *nulls, bool *isnull)
+// A call to run on the node of its scope's shard: the query's parts and its
+// parameters, $1 the routing value (the distribution column's), $2.. the
+// call's arguments.
+struct RoutedCall
 {
-    Oid user;
-    int security;
-    GetUserIdAndSecContext(&user, &security);
-    SetUserIdAndSecContext(owner,
-                           security | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
-    SPI_connect();
-    int result = SPI_execute_with_args(query, nargs, types, values, nulls, false, 0);
-    Datum value = (Datum)0;
-    *isnull = true;
-    if (result == SPI_OK_SELECT && SPI_processed == 1)
-    {
-        value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, isnull);
-        if (!*isnull)
-        {
-            Form_pg_attribute column = TupleDescAttr(SPI_tuptable->tupdesc, 0);
-            value = SPI_datumTransfer(value, column->attbyval, column->attlen);
-        }
-    }
-    else if (result != SPI_OK_UPDATE)
-        elog(ERROR, "forwarding a call to the node of its shard returned %d rows (SPI %d)",
-             int(SPI_processed), result);
-    SPI_finish();
-    SetUserIdAndSecContext(user, security);
-    return value;
-}
+    Oid owner;          // of the keys, who runs the queries
+    const char *table;  // the keys, qualified
+    const char *column; // their distribution column
+    char *call;         // the function, qualified, with its arguments
+    int nparams;
+    Oid *types;
+    Datum *values;
+    char *nulls;
+};
 
-// Citus routes a query to the node of a shard by its distribution column;
-// these two name the scope's shard of the keys (by $1) and touch no row:
-// ctid (0,0) is no tuple's, and the planner cannot know that.  The first is
-// a write, so that Citus runs it, and all that follows on that shard, in a
-// transaction block it prepares with two-phase commit; the second runs the
-// call on that node, once.
-static const char route_write[] = "UPDATE %s SET key = key WHERE %s OPERATOR(pg_catalog.=) $1"
-                                  " AND ctid OPERATOR(pg_catalog.=) '(0,0)'::pg_catalog.tid";
-static const char route_call[] =
-    "SELECT %s FROM (SELECT pg_catalog.count(*) FROM %s WHERE %s OPERATOR(pg_catalog.=) $1"
-    " AND ctid OPERATOR(pg_catalog.=) '(0,0)'::pg_catalog.tid) AS route";
-
-Datum forward_call(FunctionCallInfo fcinfo, Datum scope)
+// The call `fcinfo` to `scope`'s shard: this function, by its name and its
+// arguments' types, with every argument as given (defaults already filled
+// in).  IK005 where Citus would refuse to run a query on another node.
+static RoutedCall routed_call(FunctionCallInfo fcinfo, Oid keys, Datum scope,
+                              const Placement &placement)
 {
-    Oid keys = store::keys_table();
-    Placement placement = lock_placement(keys, scope);
     if (placement.local)
         elog(ERROR, "forwarding a call whose shard " INT64_FORMAT " is placed here",
              placement.shard);
     if (!remote_execution_allowed())
         not_routed(placement.shard);
     const Layout &current = layout_of(keys);
-    Oid key_type = current.by_shard_key ? current.key_type : TEXTOID;
-    Datum route = current.by_shard_key ? scope_value(const_cast<FmgrInfo *>(&current.input),
-                                                     current.input_param, key_type, scope)
-                                       : scope;
-    const char *column = current.by_shard_key ? "shard_key" : "scope";
-    char *table =
+    RoutedCall routed;
+    routed.column = current.by_shard_key ? "shard_key" : "scope";
+    routed.table =
         quote_qualified_identifier(get_namespace_name(get_rel_namespace(keys)), get_rel_name(keys));
     HeapTuple relation = SearchSysCache1(RELOID, ObjectIdGetDatum(keys));
     if (!HeapTupleIsValid(relation))
         elog(ERROR, "cache lookup failed for relation %u", keys);
-    Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(relation))->relowner;
+    routed.owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(relation))->relowner;
     ReleaseSysCache(relation);
 
-    // The call: this function, by its name and its arguments' types, with
-    // every argument as given (defaults already filled in).
     Oid function = fcinfo->flinfo != nullptr ? fcinfo->flinfo->fn_oid : InvalidOid;
     HeapTuple procedure = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
     if (!HeapTupleIsValid(procedure))
@@ -787,32 +752,115 @@ Datum forward_call(FunctionCallInfo fcinfo, Datum scope)
     appendStringInfo(
         &call, "%s(",
         quote_qualified_identifier(get_namespace_name(form->pronamespace), NameStr(form->proname)));
-    Oid *types = static_cast<Oid *>(palloc(sizeof(Oid) * (nargs + 1)));
-    Datum *values = static_cast<Datum *>(palloc(sizeof(Datum) * (nargs + 1)));
-    char *nulls = static_cast<char *>(palloc(nargs + 1));
-    types[0] = key_type;
-    values[0] = route;
-    nulls[0] = ' ';
+    routed.nparams = nargs + 1;
+    routed.types = static_cast<Oid *>(palloc(sizeof(Oid) * routed.nparams));
+    routed.values = static_cast<Datum *>(palloc(sizeof(Datum) * routed.nparams));
+    routed.nulls = static_cast<char *>(palloc(routed.nparams));
+    routed.types[0] = current.by_shard_key ? current.key_type : TEXTOID;
+    routed.values[0] = current.by_shard_key
+                           ? scope_value(const_cast<FmgrInfo *>(&current.input),
+                                         current.input_param, current.key_type, scope)
+                           : scope;
+    routed.nulls[0] = ' ';
     for (int i = 0; i < nargs; i++)
     {
         appendStringInfo(&call, "%s$%d", i > 0 ? ", " : "", i + 2);
-        types[i + 1] = form->proargtypes.values[i];
-        values[i + 1] = fcinfo->args[i].value;
-        nulls[i + 1] = fcinfo->args[i].isnull ? 'n' : ' ';
+        routed.types[i + 1] = form->proargtypes.values[i];
+        routed.values[i + 1] = fcinfo->args[i].value;
+        routed.nulls[i + 1] = fcinfo->args[i].isnull ? 'n' : ' ';
     }
     appendStringInfoChar(&call, ')');
     ReleaseSysCache(procedure);
+    routed.call = call.data;
+    return routed;
+}
 
+// Citus routes a query to the node of a shard by its distribution column;
+// these two name the scope's shard of the keys (by $1) and touch no row:
+// ctid (0,0) is no tuple's, and the planner cannot know that.  The first is
+// a write, so that Citus runs it, and all that follows on that shard, in a
+// transaction block it prepares with two-phase commit; the second runs the
+// call on that node, once, giving one row (a set-returning call: its rows).
+static const char route_write[] = "UPDATE %s SET key = key WHERE %s OPERATOR(pg_catalog.=) $1"
+                                  " AND ctid OPERATOR(pg_catalog.=) '(0,0)'::pg_catalog.tid";
+static const char route_call[] =
+    "SELECT %s FROM (SELECT pg_catalog.count(*) FROM %s WHERE %s OPERATOR(pg_catalog.=) $1"
+    " AND ctid OPERATOR(pg_catalog.=) '(0,0)'::pg_catalog.tid) AS route";
+
+// Runs one of the queries above as the keys' owner: callers need not be
+// allowed to read or update the keys, and the call itself does nothing that
+// depends on the role (tenant isolation by role is refused with distributed
+// keys).  The user is restored by the abort of an error.  Returns the number
+// of rows, and for route_call their first column in *values and *nulls,
+// copied into the caller's memory context.
+static uint64 run_routed(const RoutedCall &routed, const char *format, Datum **values = nullptr,
+                         bool **nulls = nullptr)
+{
+    bool call = format == route_call;
+    char *query = call ? psprintf(format, routed.call, routed.table, routed.column)
+                       : psprintf(format, routed.table, routed.column);
+    MemoryContext caller = CurrentMemoryContext;
+    Oid user;
+    int security;
+    GetUserIdAndSecContext(&user, &security);
+    SetUserIdAndSecContext(routed.owner,
+                           security | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+    SPI_connect();
+    int result = SPI_execute_with_args(query, call ? routed.nparams : 1, routed.types,
+                                       routed.values, routed.nulls, false, 0);
+    if (result != (call ? SPI_OK_SELECT : SPI_OK_UPDATE))
+        elog(ERROR, "forwarding a call to the node of its shard failed (SPI %d)", result);
+    uint64 rows = SPI_processed;
+    if (call)
+    {
+        Form_pg_attribute column = TupleDescAttr(SPI_tuptable->tupdesc, 0);
+        *values = static_cast<Datum *>(MemoryContextAlloc(caller, sizeof(Datum) * (rows + 1)));
+        *nulls = static_cast<bool *>(MemoryContextAlloc(caller, sizeof(bool) * (rows + 1)));
+        for (uint64 i = 0; i < rows; i++)
+        {
+            Datum value =
+                SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &(*nulls)[i]);
+            (*values)[i] =
+                (*nulls)[i] ? (Datum)0 : SPI_datumTransfer(value, column->attbyval, column->attlen);
+        }
+    }
+    SPI_finish();
+    SetUserIdAndSecContext(user, security);
+    return rows;
+}
+
+Datum forward_call(FunctionCallInfo fcinfo, Datum scope)
+{
+    Oid keys = store::keys_table();
+    // Held to the end of the transaction: the shard stays where the call goes.
+    RoutedCall routed = routed_call(fcinfo, keys, scope, lock_placement(keys, scope));
     // The whole transaction commits with two-phase commit, the shard's node
     // prepared with the rest (see route_write).
     citus_execution().use_coordinated_transaction();
     force_two_phase();
-    bool isnull;
-    run_routed(owner, psprintf(route_write, table, column), 1, types, values, nulls, &isnull);
-    Datum result = run_routed(owner, psprintf(route_call, call.data, table, column), nargs + 1,
-                              types, values, nulls, &isnull);
-    fcinfo->isnull = isnull;
-    return result;
+    run_routed(routed, route_write);
+    Datum *values;
+    bool *nulls;
+    if (run_routed(routed, route_call, &values, &nulls) != 1)
+        elog(ERROR, "a forwarded call did not give one row");
+    fcinfo->isnull = nulls[0];
+    return values[0];
+}
+
+uint64 forward_read(FunctionCallInfo fcinfo, Datum scope, Datum **rows)
+{
+    // A read takes no lock here, as on the shard's node (read_placement).
+    Oid keys = store::keys_table();
+    Placement placement = place(keys, scope);
+    if (placement.local)
+        not_routed(placement.shard); // moved here since the read looked: retry
+    RoutedCall routed = routed_call(fcinfo, keys, scope, placement);
+    bool *nulls;
+    uint64 count = run_routed(routed, route_call, rows, &nulls);
+    for (uint64 i = 0; i < count; i++)
+        if (nulls[i])
+            elog(ERROR, "a forwarded read gave a NULL row");
+    return count;
 }
 
 bool loaded()

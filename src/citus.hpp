@@ -23,9 +23,10 @@
 //  3. the metadata is read again after the lock, with a fresh catalog
 //     snapshot: a move that finished before the lock was granted is seen;
 //  4. the shard must be placed on this node; otherwise the call was not
-//     routed here (or the shard has just moved): a write is forwarded to the
-//     shard's node (forward_call), a read answers IK005, and a retry is
-//     routed afresh.
+//     routed here (or the shard has just moved), and it is forwarded to the
+//     shard's node (forward_call, forward_read) -- or, where Citus lets no
+//     query run on another node, answers IK005, and a retry is routed
+//     afresh.
 //
 // Steps 1, 2 and the shard names follow Citus's private layout, so they are
 // trusted only on the Citus releases test/t/060_citus.pl runs (refused on
@@ -68,12 +69,13 @@ namespace idempotency::citus
 // without it, so that a read never waits behind a shard move (see
 // read_placement).  When that shard is not placed here: IK005, or with
 // elsewhere_ok InvalidOid (a write still holds the metadata lock), for a
-// call that forward_call can run on the shard's node.
+// call that forward_call or forward_read can run on the shard's node.
 Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode, bool elsewhere_ok);
 
 // Runs the call `fcinfo` of an API function that writes (begin, complete,
 // checkpoint, release, forget), whose scope's shard Citus places on
-// another node, on that node, in this transaction, and returns its result.
+// another node, on that node, in this transaction, and returns its result
+// (fcinfo->isnull set).
 // Such a call reached the wrong node: a distributed handler delegated just
 // before its shard moved, or a call in a shape Citus does not delegate.
 // The shard's metadata lock is held (as for a local write), so the shard
@@ -83,6 +85,12 @@ Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode, bool elsewhere_
 // Citus refuses a remote query (a query on a shard, or a force-delegated
 // call in a transaction block).  See doc/citus.md.
 Datum forward_call(FunctionCallInfo fcinfo, Datum scope);
+
+// forward_call for a read (lookup, keys), whose scope's shard is placed on
+// another node: runs it there without a lock here (a read never waits for a
+// move) and returns the number of rows, their values (composites) in *rows,
+// in the caller's memory context.
+uint64 forward_read(FunctionCallInfo fcinfo, Datum scope, Datum **rows);
 
 // The scope (text) as a value of `type`, the type of a typed tenant column
 // (bigint, integer or uuid): what shard_key holds.

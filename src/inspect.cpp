@@ -2,6 +2,7 @@
 // the listing of a scope, key_problem, expire, stats.
 #include "arguments.hpp"
 #include "boundary.hpp"
+#include "citus.hpp"
 #include "claims.hpp"
 #include "module.hpp"
 #include "stats.hpp"
@@ -91,6 +92,21 @@ const char *status_text(const Record &record)
 // version's declaration: heap_form_tuple takes the result type's).  A key
 // that another transaction is deleting has no version to show: it is in
 // progress, uncommitted, and nothing else is said.
+// The first of `count` rows a forwarded read gave (composites of the
+// function's row type), as a tuple to copy or store; empty when none.
+HeapTupleData forwarded_row(const Datum *rows, uint64 count)
+{
+    HeapTupleData row = {};
+    ItemPointerSetInvalid(&row.t_self);
+    row.t_tableOid = InvalidOid;
+    if (count > 0)
+    {
+        row.t_data = DatumGetHeapTupleHeader(rows[0]);
+        row.t_len = HeapTupleHeaderGetDatumLength(row.t_data);
+    }
+    return row;
+}
+
 HeapTuple lookup_tuple(TupleDesc desc, const Record &record)
 {
     constexpr store::Column sources[look_committed] = {store::col_status,
@@ -154,11 +170,22 @@ IDEMPOTENCY_FUNCTION(idempotency_lookup)
         if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
             elog(ERROR, "idempotency_lookup must return a composite type");
         desc = BlessTupleDesc(desc);
-        Storage storage = store::open(AccessShareLock, key.scope);
-        Record record;
-        bool found = lookup_record(storage, store::stored_key(storage, key), latest, &record);
-        store::close(storage);
-        call->user_fctx = found ? lookup_tuple(desc, record) : nullptr;
+        Storage storage;
+        if (!store::open_here(AccessShareLock, key.scope, &storage))
+        {
+            // Placed on another node: read there (citus::forward_read).
+            Datum *rows;
+            uint64 count = idempotency::citus::forward_read(fcinfo, key.scope, &rows);
+            HeapTupleData row = forwarded_row(rows, count);
+            call->user_fctx = count > 0 ? heap_copytuple(&row) : nullptr;
+        }
+        else
+        {
+            Record record;
+            bool found = lookup_record(storage, store::stored_key(storage, key), latest, &record);
+            store::close(storage);
+            call->user_fctx = found ? lookup_tuple(desc, record) : nullptr;
+        }
         MemoryContextSwitchTo(old);
     }
     call = SRF_PERCALL_SETUP();
@@ -240,7 +267,21 @@ IDEMPOTENCY_FUNCTION(idempotency_keys)
         PushCopiedSnapshot(ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot());
         UpdateActiveSnapshotCommandId();
     }
-    Storage storage = store::open(AccessShareLock, scope.scope);
+    Storage storage;
+    if (!store::open_here(AccessShareLock, scope.scope, &storage))
+    {
+        // Placed on another node: listed there (citus::forward_read).
+        Datum *rows;
+        uint64 count = idempotency::citus::forward_read(fcinfo, scope.scope, &rows);
+        for (uint64 i = 0; i < count; i++)
+        {
+            HeapTupleData row = forwarded_row(rows + i, 1);
+            tuplestore_puttuple(result->setResult, &row);
+        }
+        if (wrote)
+            PopActiveSnapshot();
+        return (Datum)0;
+    }
     store::Key stored = store::stored_key(storage, scope);
     Snapshot snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
     store::KeyScan scan =

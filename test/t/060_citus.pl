@@ -351,6 +351,19 @@ query($create_handler);
 		'replay', 'forwarded: ... and the key replays through a delegated call');
 	is(query(sprintf(q{SELECT (%s).outcome}, begin_call('ten1', 'forwarded', 'POST /orders'))),
 		'replay', 'forwarded: a replay');
+	# Reads, through the coordinator in shapes Citus does not delegate and
+	# from a client of the worker without the shard.
+	my ($elsewhere) = grep { $_->port != worker_of('ten1')->port } @workers;
+	my $lookup = q{SELECT status, attempt FROM idempotency_lookup('ten1', 'forwarded')
+	                WHERE status IS NOT NULL};
+	my $listing = q{SELECT string_agg(key, ',' ORDER BY key) FROM idempotency_keys('ten1')
+	                 WHERE key LIKE 'forwarded%'};
+	is(query($lookup), 'completed|1', 'forwarded: a lookup');
+	is($elsewhere->safe_psql($db, $lookup), 'completed|1', '... also from the other worker');
+	is(query(q{SELECT count(*) FROM idempotency_lookup('ten1', 'never-seen') WHERE true}), '0',
+		'forwarded: a lookup of an absent key gives no row');
+	is(query($listing), 'forwarded', 'forwarded: a key listing');
+	is($elsewhere->safe_psql($db, $listing), 'forwarded', '... also from the other worker');
 	($sqlstate) = sql_error($coordinator, $db,
 		sprintf(q{SELECT done FROM %s AS done WHERE done IS NOT NULL},
 			complete_call('ten1', 'never-claimed', 201)));
@@ -371,7 +384,6 @@ query($create_handler);
 		"claimed\n1\nin_progress|1",
 		'forwarded: a claim rolled back to a savepoint is gone, and claimed again');
 	# A client of the worker that does not hold the shard.
-	my ($elsewhere) = grep { $_->port != worker_of('ten1')->port } @workers;
 	is( $elsewhere->safe_psql(
 			$db,
 			sprintf(q{BEGIN; SELECT outcome FROM %s; %s; SELECT %s; COMMIT},
