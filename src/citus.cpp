@@ -32,6 +32,7 @@ extern "C"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "storage/sinval.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
@@ -554,15 +555,17 @@ static void force_two_phase()
     use_2pc();
 }
 
-[[noreturn]] static void not_routed(int64 shard)
+// `why`: why the call cannot be forwarded to the shard's node, if it could
+// have been but for that.
+[[noreturn]] static void not_routed(int64 shard, const char *why = nullptr)
 {
     ereport(ERROR,
             (errcode(errcode_not_routed),
              errmsg("the idempotency keys of this scope are not stored on this node"),
              errdetail("idempotency.keys is distributed by Citus, and its shard " INT64_FORMAT
                        " for the scope is placed on another node: the call was not routed "
-                       "to it, or the shard has just moved.",
-                       shard),
+                       "to it, or the shard has just moved.%s%s",
+                       shard, why != nullptr ? " " : "", why != nullptr ? why : ""),
              errhint("Call the functions in a shape Citus delegates by scope, e.g. SELECT * "
                      "FROM idempotency_begin(...), or from a function distributed by the "
                      "tenant column with the scope of its tenant; then retry."),
@@ -597,7 +600,7 @@ static void force_two_phase()
 // the invalidations of a switch committed before it, and one committed
 // after it happened during the read: either way the read shows the scope as
 // it was at a moment of the call.  A placement moved away gives IK005 (or,
-// with elsewhere_ok, InvalidOid: the call goes on as a write, forwarded).
+// with elsewhere_ok, InvalidOid: the call is forwarded to the new node).
 static Oid read_placement(Oid keys, Datum scope, const Placement &placement, bool elsewhere_ok)
 {
     Oid relid = lock_shard_relation(keys, placement.shard, AccessShareLock, false);
@@ -706,7 +709,7 @@ static bool remote_execution_allowed()
 // call's arguments.
 struct RoutedCall
 {
-    Oid owner;          // of the keys, who runs the queries
+    bool write;         // a call that may write (else a read)
     const char *table;  // the keys, qualified
     const char *column; // their distribution column
     char *call;         // the function, qualified, with its arguments
@@ -716,27 +719,39 @@ struct RoutedCall
     char *nulls;
 };
 
+// Set while this backend runs a routing query: were Citus ever to run the
+// call here rather than on the shard's node, the call would forward itself
+// again; it answers IK005 instead.  Reset when the query ends, by error too.
+static bool forwarding = false;
+
 // The call `fcinfo` to `scope`'s shard: this function, by its name and its
 // arguments' types, with every argument as given (defaults already filled
-// in).  IK005 where Citus would refuse to run a query on another node.
+// in).  IK005 where it cannot be forwarded: Citus would refuse to run a
+// query on another node, or the caller may not read (for a write, update)
+// the keys.  The routing queries run as the caller because Citus connects as
+// the current role and ties the writes of a transaction on a tenant's
+// co-located shards to one connection: run as another role (the keys'
+// owner), a forwarded call and the caller's business writes on the same
+// tenant would refuse each other.
 static RoutedCall routed_call(FunctionCallInfo fcinfo, Oid keys, Datum scope,
-                              const Placement &placement)
+                              const Placement &placement, bool write)
 {
     if (placement.local)
         elog(ERROR, "forwarding a call whose shard " INT64_FORMAT " is placed here",
              placement.shard);
-    if (!remote_execution_allowed())
+    if (!remote_execution_allowed() || forwarding)
         not_routed(placement.shard);
+    if (pg_class_aclcheck(keys, GetUserId(), ACL_SELECT) != ACLCHECK_OK ||
+        (write && pg_class_aclcheck(keys, GetUserId(), ACL_UPDATE) != ACLCHECK_OK))
+        not_routed(placement.shard,
+                   "Only a role that may read idempotency.keys (and update it, for a call that "
+                   "writes) has a call forwarded to the shard's node through Citus.");
     const Layout &current = layout_of(keys);
     RoutedCall routed;
+    routed.write = write;
     routed.column = current.by_shard_key ? "shard_key" : "scope";
     routed.table =
         quote_qualified_identifier(get_namespace_name(get_rel_namespace(keys)), get_rel_name(keys));
-    HeapTuple relation = SearchSysCache1(RELOID, ObjectIdGetDatum(keys));
-    if (!HeapTupleIsValid(relation))
-        elog(ERROR, "cache lookup failed for relation %u", keys);
-    routed.owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(relation))->relowner;
-    ReleaseSysCache(relation);
 
     Oid function = fcinfo->flinfo != nullptr ? fcinfo->flinfo->fn_oid : InvalidOid;
     HeapTuple procedure = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
@@ -787,12 +802,9 @@ static const char route_call[] =
     "SELECT %s FROM (SELECT pg_catalog.count(*) FROM %s WHERE %s OPERATOR(pg_catalog.=) $1"
     " AND ctid OPERATOR(pg_catalog.=) '(0,0)'::pg_catalog.tid) AS route";
 
-// Runs one of the queries above as the keys' owner: callers need not be
-// allowed to read or update the keys, and the call itself does nothing that
-// depends on the role (tenant isolation by role is refused with distributed
-// keys).  The user is restored by the abort of an error.  Returns the number
-// of rows, and for route_call their first column in *values and *nulls,
-// copied into the caller's memory context.
+// Runs one of the queries above (as the caller: see routed_call).  Returns
+// the number of rows, and for route_call their first column in *values and
+// *nulls, copied into the caller's memory context.
 static uint64 run_routed(const RoutedCall &routed, const char *format, Datum **values = nullptr,
                          bool **nulls = nullptr)
 {
@@ -800,14 +812,19 @@ static uint64 run_routed(const RoutedCall &routed, const char *format, Datum **v
     char *query = call ? psprintf(format, routed.call, routed.table, routed.column)
                        : psprintf(format, routed.table, routed.column);
     MemoryContext caller = CurrentMemoryContext;
-    Oid user;
-    int security;
-    GetUserIdAndSecContext(&user, &security);
-    SetUserIdAndSecContext(routed.owner,
-                           security | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
     SPI_connect();
-    int result = SPI_execute_with_args(query, call ? routed.nparams : 1, routed.types,
-                                       routed.values, routed.nulls, false, 0);
+    int result;
+    forwarding = true;
+    PG_TRY();
+    {
+        result = SPI_execute_with_args(query, call ? routed.nparams : 1, routed.types,
+                                       routed.values, routed.nulls, !routed.write, 0);
+    }
+    PG_FINALLY();
+    {
+        forwarding = false;
+    }
+    PG_END_TRY();
     if (result != (call ? SPI_OK_SELECT : SPI_OK_UPDATE))
         elog(ERROR, "forwarding a call to the node of its shard failed (SPI %d)", result);
     uint64 rows = SPI_processed;
@@ -825,7 +842,6 @@ static uint64 run_routed(const RoutedCall &routed, const char *format, Datum **v
         }
     }
     SPI_finish();
-    SetUserIdAndSecContext(user, security);
     return rows;
 }
 
@@ -833,7 +849,7 @@ Datum forward_call(FunctionCallInfo fcinfo, Datum scope)
 {
     Oid keys = store::keys_table();
     // Held to the end of the transaction: the shard stays where the call goes.
-    RoutedCall routed = routed_call(fcinfo, keys, scope, lock_placement(keys, scope));
+    RoutedCall routed = routed_call(fcinfo, keys, scope, lock_placement(keys, scope), true);
     // The whole transaction commits with two-phase commit, the shard's node
     // prepared with the rest (see route_write).
     citus_execution().use_coordinated_transaction();
@@ -854,7 +870,7 @@ uint64 forward_read(FunctionCallInfo fcinfo, Datum scope, Datum **rows)
     Placement placement = place(keys, scope);
     if (placement.local)
         not_routed(placement.shard); // moved here since the read looked: retry
-    RoutedCall routed = routed_call(fcinfo, keys, scope, placement);
+    RoutedCall routed = routed_call(fcinfo, keys, scope, placement, false);
     bool *nulls;
     uint64 count = run_routed(routed, route_call, rows, &nulls);
     for (uint64 i = 0; i < count; i++)

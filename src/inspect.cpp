@@ -88,10 +88,6 @@ const char *status_text(const Record &record)
     return record.completed() ? "completed" : "in_progress";
 }
 
-// A row of idempotency_lookup (of fewer columns when called through an older
-// version's declaration: heap_form_tuple takes the result type's).  A key
-// that another transaction is deleting has no version to show: it is in
-// progress, uncommitted, and nothing else is said.
 // The first of `count` rows a forwarded read gave (composites of the
 // function's row type), as a tuple to copy or store; empty when none.
 HeapTupleData forwarded_row(const Datum *rows, uint64 count)
@@ -107,6 +103,10 @@ HeapTupleData forwarded_row(const Datum *rows, uint64 count)
     return row;
 }
 
+// A row of idempotency_lookup (of fewer columns when called through an older
+// version's declaration: heap_form_tuple takes the result type's).  A key
+// that another transaction is deleting has no version to show: it is in
+// progress, uncommitted, and nothing else is said.
 HeapTuple lookup_tuple(TupleDesc desc, const Record &record)
 {
     constexpr store::Column sources[look_committed] = {store::col_status,

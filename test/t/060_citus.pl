@@ -742,6 +742,20 @@ sub make_expiring_keys
 		extra_params => [ '-U', 'app' ]);
 	like($err, qr/permission denied/, 'app: no access to the storage itself');
 	is(order_count('ten4', 'app-2'), '1', 'app: one order');
+	# Forwarding runs as the caller (Citus ties a transaction's writes on a
+	# tenant's shards to one role's connection), which must be able to read
+	# the keys: without that, IK005 saying so, and nothing written.
+	($ret, $out, $err) = $coordinator->psql(
+		$db,
+		q{\set VERBOSITY verbose
+		  BEGIN;
+		  SELECT (idempotency_begin('ten4', 'app-3', request_hash('x'::text))).outcome;
+		  INSERT INTO orders (tenant, idem_key, item) VALUES ('ten4', 'app-3', 'pen');
+		  COMMIT},
+		extra_params => [ '-U', 'app' ]);
+	like($err, qr/IK005.*\n.*Only a role that may read idempotency.keys/,
+		'app: a call not delegated is not forwarded for a role that cannot read the keys (IK005)');
+	is(order_count('ten4', 'app-3'), '0', 'app: ... and nothing was written');
 }
 
 done_testing();
