@@ -668,8 +668,9 @@ BEGIN
     -- on that node.  With a typed tenant, the variants whose scope is a
     -- bigint (for bigint and integer tenants) or a uuid (see
     -- create_scope_variants).  The text functions then run where they are
-    -- called: on the coordinator they are forwarded to the shard's node,
-    -- in a distributed handler they find the local shard.
+    -- called: on the coordinator they are forwarded to the shard's node
+    -- (for a role that may read the keys; IK005 for others), in a
+    -- distributed handler they find the local shard.
     FOR api IN SELECT * FROM idempotency.routed_functions(scope_type::pg_catalog.regtype) LOOP
         PERFORM pg_catalog.create_distributed_function(api, 'scope',
                     colocate_with => 'idempotency.keys', force_delegation => true);

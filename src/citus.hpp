@@ -81,15 +81,17 @@ Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode, bool elsewhere_
 // The shard's metadata lock is held (as for a local write), so the shard
 // cannot move on before this transaction ends; Citus routes the call to the
 // node, where it runs as any call there does, and the transaction commits
-// with two-phase commit, the claim with the business writes.  IK005 where
-// Citus refuses a remote query (a query on a shard, or a force-delegated
-// call in a transaction block).  See doc/citus.md.
+// with two-phase commit, the claim with the business writes.  It runs as
+// the caller, so only for a role that may read and update the keys; IK005
+// for other roles and where Citus refuses a remote query (a query on a
+// shard, or a force-delegated call in a transaction block).  See
+// doc/citus.md, "Forwarded calls".
 Datum forward_call(FunctionCallInfo fcinfo, Datum scope);
 
 // forward_call for a read (lookup, keys), whose scope's shard is placed on
 // another node: runs it there without a lock here (a read never waits for a
-// move) and returns the number of rows, their values (composites) in *rows,
-// in the caller's memory context.
+// move; a role that may read the keys) and returns the number of rows,
+// their values (composites) in *rows, in the caller's memory context.
 uint64 forward_read(FunctionCallInfo fcinfo, Datum scope, Datum **rows);
 
 // The scope (text) as a value of `type`, the type of a typed tenant column
