@@ -88,18 +88,15 @@ const char *status_text(const Record &record)
     return record.completed() ? "completed" : "in_progress";
 }
 
-// The first of `count` rows a forwarded read gave (composites of the
-// function's row type), as a tuple to copy or store; empty when none.
-HeapTupleData forwarded_row(const Datum *rows, uint64 count)
+// A row a forwarded read gave (a composite of the function's row type), as
+// a tuple to copy or store.
+HeapTupleData forwarded_row(Datum composite)
 {
     HeapTupleData row = {};
     ItemPointerSetInvalid(&row.t_self);
     row.t_tableOid = InvalidOid;
-    if (count > 0)
-    {
-        row.t_data = DatumGetHeapTupleHeader(rows[0]);
-        row.t_len = HeapTupleHeaderGetDatumLength(row.t_data);
-    }
+    row.t_data = DatumGetHeapTupleHeader(composite);
+    row.t_len = HeapTupleHeaderGetDatumLength(row.t_data);
     return row;
 }
 
@@ -175,9 +172,12 @@ IDEMPOTENCY_FUNCTION(idempotency_lookup)
         {
             // Placed on another node: read there (citus::forward_read).
             Datum *rows;
-            uint64 count = idempotency::citus::forward_read(fcinfo, key.scope, &rows);
-            HeapTupleData row = forwarded_row(rows, count);
-            call->user_fctx = count > 0 ? heap_copytuple(&row) : nullptr;
+            call->user_fctx = nullptr;
+            if (idempotency::citus::forward_read(fcinfo, key.scope, &rows) > 0)
+            {
+                HeapTupleData row = forwarded_row(rows[0]);
+                call->user_fctx = heap_copytuple(&row);
+            }
         }
         else
         {
@@ -275,7 +275,7 @@ IDEMPOTENCY_FUNCTION(idempotency_keys)
         uint64 count = idempotency::citus::forward_read(fcinfo, scope.scope, &rows);
         for (uint64 i = 0; i < count; i++)
         {
-            HeapTupleData row = forwarded_row(rows + i, 1);
+            HeapTupleData row = forwarded_row(rows[i]);
             tuplestore_puttuple(result->setResult, &row);
         }
         if (wrote)
