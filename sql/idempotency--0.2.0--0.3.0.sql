@@ -176,7 +176,26 @@ COMMENT ON FUNCTION idempotency.create_scope_variants(regtype) IS
     'for idempotency_distribute: the API functions Citus delegates by their scope, with the scope as a bigint or a uuid';
 REVOKE ALL ON FUNCTION idempotency.create_scope_variants(regtype) FROM PUBLIC;
 
--- idempotency_distribute() takes those tenant columns.  It is only ever run
+-- ---------------------------------------------------------------------------
+-- Calls that reach a node without their scope's shard, forwarded through
+-- a routing table
+-- ---------------------------------------------------------------------------
+
+-- As a fresh install has them (see there).  With keys that 0.2.0 distributed,
+-- a second call of idempotency_distribute() distributes the routing table.
+GRANT USAGE ON SCHEMA idempotency TO PUBLIC;
+CREATE TABLE idempotency.route (
+    tenant text COLLATE "C",
+    CONSTRAINT route_stays_empty CHECK (false),
+    CONSTRAINT route_pkey PRIMARY KEY (tenant)
+);
+COMMENT ON TABLE idempotency.route IS
+    'always empty; with Citus, distributed with the keys: calls that reach a node without their scope''s shard are routed to it through this table';
+REVOKE ALL ON TABLE idempotency.route FROM PUBLIC;
+GRANT SELECT (tenant), UPDATE (tenant) ON idempotency.route TO PUBLIC;
+
+-- idempotency_distribute() takes those tenant columns, and distributes the
+-- routing table.  It is only ever run
 -- by a superuser: dropped and created again, with the grants of a fresh
 -- install.
 DROP FUNCTION @extschema@.idempotency_distribute(regclass);
@@ -192,10 +211,13 @@ DECLARE
     scope_type oid;
     api regprocedure;
     alter_keys text;
+    alter_route text;
     problem text;
     problem_state text;
     ddl_propagation text;
     node record;
+    keys_distributed boolean;
+    alter_tables text[] := '{}';
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension AS e
                     WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
@@ -209,10 +231,23 @@ BEGIN
                   DETAIL = 'Role OIDs differ between Citus nodes, and shard moves copy them as they are.',
                   HINT = 'Use one scope per tenant: the value of the tenant column.';
     END IF;
+    keys_distributed := EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p
+                                 WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idempotency.keys'::regclass);
     IF EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p
-                WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idempotency.keys'::regclass) THEN
+                WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idempotency.route'::regclass) THEN
         RAISE EXCEPTION 'idempotency.keys is already distributed'
             USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    -- Keys distributed by 0.2.0 (by a text scope): only the routing table
+    -- is distributed now, with them.
+    IF keys_distributed AND NOT EXISTS (
+           SELECT FROM pg_catalog.pg_dist_partition AS k, pg_catalog.pg_dist_partition AS t
+            WHERE k.logicalrelid OPERATOR(pg_catalog.=) 'idempotency.keys'::regclass
+              AND t.logicalrelid OPERATOR(pg_catalog.=) colocate_with
+              AND t.colocationid OPERATOR(pg_catalog.=) k.colocationid) THEN
+        RAISE EXCEPTION 'table % is not co-located with idempotency.keys, which is already distributed', colocate_with
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass the table the keys were distributed with.';
     END IF;
     SELECT p.partmethod, p.repmodel,
            pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) AS column_name
@@ -249,20 +284,28 @@ BEGIN
         -- becomes the tenant column's type, holding each key's scope read as
         -- that type, and joins the primary key, as Citus requires of the
         -- distribution column.
-        alter_keys := pg_catalog.format(
-            'ALTER TABLE idempotency.keys ALTER COLUMN shard_key TYPE %1$s USING scope::%1$s, '
-            'DROP CONSTRAINT keys_pkey, '
-            'ADD CONSTRAINT keys_pkey PRIMARY KEY (tenant, scope, key, shard_key)',
-            column_type::pg_catalog.regtype);
-        BEGIN
-            EXECUTE alter_keys;
-        EXCEPTION WHEN data_exception THEN
-            GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT, problem_state = RETURNED_SQLSTATE;
-            RAISE EXCEPTION 'the scope of a stored key is not a value of type %, the type of the distribution column % of table %',
-                            column_type::pg_catalog.regtype, dist.column_name, colocate_with
-                USING ERRCODE = problem_state, DETAIL = problem,
-                      HINT = 'Every scope must be a tenant''s value. Forget the keys of other scopes, or wait for them to expire, then call this function again.';
-        END;
+        IF NOT keys_distributed THEN
+            alter_keys := pg_catalog.format(
+                'ALTER TABLE idempotency.keys ALTER COLUMN shard_key TYPE %1$s USING scope::%1$s, '
+                'DROP CONSTRAINT keys_pkey, '
+                'ADD CONSTRAINT keys_pkey PRIMARY KEY (tenant, scope, key, shard_key)',
+                column_type::pg_catalog.regtype);
+            BEGIN
+                EXECUTE alter_keys;
+            EXCEPTION WHEN data_exception THEN
+                GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT, problem_state = RETURNED_SQLSTATE;
+                RAISE EXCEPTION 'the scope of a stored key is not a value of type %, the type of the distribution column % of table %',
+                                column_type::pg_catalog.regtype, dist.column_name, colocate_with
+                    USING ERRCODE = problem_state, DETAIL = problem,
+                          HINT = 'Every scope must be a tenant''s value. Forget the keys of other scopes, or wait for them to expire, then call this function again.';
+            END;
+            alter_tables := alter_tables OPERATOR(pg_catalog.||) alter_keys;
+        END IF;
+        -- The routing table's column, of the type of the keys'.
+        alter_route := pg_catalog.format('ALTER TABLE idempotency.route ALTER COLUMN tenant TYPE %1$s USING tenant::%1$s',
+                                         column_type::pg_catalog.regtype);
+        EXECUTE alter_route;
+        alter_tables := alter_tables OPERATOR(pg_catalog.||) alter_route;
         scope_type := CASE WHEN column_type OPERATOR(pg_catalog.=) 'pg_catalog.uuid'::pg_catalog.regtype
                            THEN 'pg_catalog.uuid'::pg_catalog.regtype
                            ELSE 'pg_catalog.int8'::pg_catalog.regtype END;
@@ -277,17 +320,17 @@ BEGIN
         -- them), and Citus checks its columns there; and the calls it
         -- delegates need the variants there: the same changes, which Citus
         -- runs in a transaction of its own on each (one statement, whose
-        -- error Citus reports).  Their table is empty and unused (the
-        -- functions refuse it), so the changes are harmless if the
+        -- error Citus reports).  Their tables are empty and unused (the
+        -- functions refuse the keys), so the changes are harmless if the
         -- distribution fails after them, and made again by the next call.
         FOR node IN
             SELECT * FROM pg_catalog.run_command_on_workers(pg_catalog.format(
-                'DO $do$ BEGIN '
+                'DO $do$ DECLARE statement text; BEGIN '
                 'PERFORM pg_catalog.set_config(''citus.enable_ddl_propagation'', ''off'', true); '
-                'EXECUTE %L; '
+                'FOREACH statement IN ARRAY %L::text[] LOOP EXECUTE statement; END LOOP; '
                 'PERFORM idempotency.create_scope_variants(%L); '
                 'END $do$',
-                alter_keys, scope_type::pg_catalog.regtype))
+                alter_tables, scope_type::pg_catalog.regtype))
         LOOP
             IF NOT node.success THEN
                 RAISE EXCEPTION 'could not change idempotency.keys on node %:%', node.nodename, node.nodeport
@@ -302,18 +345,22 @@ BEGIN
                   DETAIL = 'The keys are distributed by the scope read as the tenant column''s type; these are the types this extension reads and tests.',
                   HINT = 'Declare the tenant column bigint, integer, uuid or text COLLATE "C", and pass its value as the scope.';
     END IF;
-    PERFORM pg_catalog.create_distributed_table('idempotency.keys', distribution_column,
-                                                colocate_with => colocate_with::text);
-    -- The rows were copied to the shards; the table itself is a shell now.
-    PERFORM pg_catalog.truncate_local_data_after_distributing_table('idempotency.keys');
+    IF NOT keys_distributed THEN
+        PERFORM pg_catalog.create_distributed_table('idempotency.keys', distribution_column,
+                                                    colocate_with => colocate_with::text);
+        -- The rows were copied to the shards; the table itself is a shell now.
+        PERFORM pg_catalog.truncate_local_data_after_distributing_table('idempotency.keys');
+    END IF;
+    PERFORM pg_catalog.create_distributed_table('idempotency.route', 'tenant',
+                                                colocate_with => 'idempotency.keys');
     -- Each call is delegated to the node of its scope's shard, also inside a
     -- transaction block (force_delegation), where it joins the transaction
     -- on that node.  With a typed tenant, the variants whose scope is a
     -- bigint (for bigint and integer tenants) or a uuid (see
     -- create_scope_variants).  The text functions then run where they are
     -- called: on the coordinator they are forwarded to the shard's node
-    -- (for a role that may read the keys; IK005 for others), in a
-    -- distributed handler they find the local shard.
+    -- (through idempotency.route), in a distributed handler they find the
+    -- local shard.
     FOR api IN SELECT * FROM idempotency.routed_functions(scope_type::pg_catalog.regtype) LOOP
         PERFORM pg_catalog.create_distributed_function(api, 'scope',
                     colocate_with => 'idempotency.keys', force_delegation => true);

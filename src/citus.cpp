@@ -709,10 +709,9 @@ static bool remote_execution_allowed()
 // call's arguments.
 struct RoutedCall
 {
-    bool write;         // a call that may write (else a read)
-    const char *table;  // the keys, qualified
-    const char *column; // their distribution column
-    char *call;         // the function, qualified, with its arguments
+    bool write;        // a call that may write (else a read)
+    const char *route; // idempotency.route, qualified
+    char *call;        // the function, qualified, with its arguments
     int nparams;
     Oid *types;
     Datum *values;
@@ -724,15 +723,52 @@ struct RoutedCall
 // again; it answers IK005 instead.  Reset when the query ends, by error too.
 static bool forwarding = false;
 
+// idempotency.route, the always-empty table that idempotency_distribute()
+// distributes with the keys, by a column of the same type: its shard for a
+// value is co-located with the keys' shard for it, so a query on it is
+// routed to that node, and its writes share a connection with the business
+// writes on the tenant's other shards (below).  Any role may read and update
+// its column (the extension's script grants that to PUBLIC), since it holds
+// nothing.  IK005 when it is not distributed with the keys (they were
+// distributed by 0.2.0: idempotency_distribute() distributes it) or the
+// caller has lost those privileges.  Looked up for each forwarded call:
+// forwarding is rare, and nothing is kept that an invalidation could make
+// stale.
+static Oid route_table(Oid keys, const Placement &placement, bool write)
+{
+    Oid route = get_relname_relid("route", get_rel_namespace(keys));
+    bool colocated = false;
+    Oid pg_dist_partition = catalog("pg_dist_partition");
+    if (OidIsValid(route) && OidIsValid(pg_dist_partition))
+        scan_catalog(pg_dist_partition, "pg_dist_partition_logical_relid_index", "logicalrelid",
+                     REGCLASSOID, F_OIDEQ, ObjectIdGetDatum(route),
+                     [&](Relation rel, HeapTuple tuple) {
+                         bool isnull;
+                         Datum colocation = column(rel, tuple, "colocationid", INT4OID, &isnull);
+                         colocated = !isnull && DatumGetUInt32(colocation) == placement.colocation;
+                     });
+    if (!colocated)
+        not_routed(placement.shard,
+                   "Calls are forwarded to the shard's node through the table idempotency.route, "
+                   "which is not distributed with the keys: run SELECT idempotency_distribute(...) "
+                   "again (once after an update from 0.2.0).");
+    // (one privilege per check: a check of several passes with any of them)
+    if (pg_attribute_aclcheck(route, 1, GetUserId(), ACL_SELECT) != ACLCHECK_OK ||
+        (write && pg_attribute_aclcheck(route, 1, GetUserId(), ACL_UPDATE) != ACLCHECK_OK))
+        not_routed(placement.shard,
+                   "Calls are forwarded to the shard's node through the table idempotency.route, "
+                   "which this role may not read or update (the extension grants both to PUBLIC).");
+    return route;
+}
+
 // The call `fcinfo` to `scope`'s shard: this function, by its name and its
 // arguments' types, with every argument as given (defaults already filled
 // in).  IK005 where it cannot be forwarded: Citus would refuse to run a
-// query on another node, or the caller may not read (for a write, update)
-// the keys.  The routing queries run as the caller because Citus connects as
-// the current role and ties the writes of a transaction on a tenant's
-// co-located shards to one connection: run as another role (the keys'
-// owner), a forwarded call and the caller's business writes on the same
-// tenant would refuse each other.
+// query on another node, or the routing table cannot be used.  The routing
+// queries run as the caller because Citus connects as the current role and
+// ties the writes of a transaction on a tenant's co-located shards to one
+// connection: run as another role (the keys' owner), a forwarded call and
+// the caller's business writes on the same tenant would refuse each other.
 static RoutedCall routed_call(FunctionCallInfo fcinfo, Oid keys, Datum scope,
                               const Placement &placement, bool write)
 {
@@ -741,17 +777,12 @@ static RoutedCall routed_call(FunctionCallInfo fcinfo, Oid keys, Datum scope,
              placement.shard);
     if (!remote_execution_allowed() || forwarding)
         not_routed(placement.shard);
-    if (pg_class_aclcheck(keys, GetUserId(), ACL_SELECT) != ACLCHECK_OK ||
-        (write && pg_class_aclcheck(keys, GetUserId(), ACL_UPDATE) != ACLCHECK_OK))
-        not_routed(placement.shard,
-                   "Only a role that may read idempotency.keys (and update it, for a call that "
-                   "writes) has a call forwarded to the shard's node through Citus.");
+    Oid route = route_table(keys, placement, write);
     const Layout &current = layout_of(keys);
     RoutedCall routed;
     routed.write = write;
-    routed.column = current.by_shard_key ? "shard_key" : "scope";
-    routed.table =
-        quote_qualified_identifier(get_namespace_name(get_rel_namespace(keys)), get_rel_name(keys));
+    routed.route = quote_qualified_identifier(get_namespace_name(get_rel_namespace(route)),
+                                              get_rel_name(route));
 
     Oid function = fcinfo->flinfo != nullptr ? fcinfo->flinfo->fn_oid : InvalidOid;
     HeapTuple procedure = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
@@ -791,16 +822,15 @@ static RoutedCall routed_call(FunctionCallInfo fcinfo, Oid keys, Datum scope,
 }
 
 // Citus routes a query to the node of a shard by its distribution column;
-// these two name the scope's shard of the keys (by $1) and touch no row:
-// ctid (0,0) is no tuple's, and the planner cannot know that.  The first is
-// a write, so that Citus runs it, and all that follows on that shard, in a
-// transaction block it prepares with two-phase commit; the second runs the
-// call on that node, once, giving one row (a set-returning call: its rows).
-static const char route_write[] = "UPDATE %s SET key = key WHERE %s OPERATOR(pg_catalog.=) $1"
-                                  " AND ctid OPERATOR(pg_catalog.=) '(0,0)'::pg_catalog.tid";
-static const char route_call[] =
-    "SELECT %s FROM (SELECT pg_catalog.count(*) FROM %s WHERE %s OPERATOR(pg_catalog.=) $1"
-    " AND ctid OPERATOR(pg_catalog.=) '(0,0)'::pg_catalog.tid) AS route";
+// these two name the routing table's shard for the scope (by $1), which
+// holds no row.  The first is a write, so that Citus runs it, and all that
+// follows on that node's co-located shards, in a transaction block it
+// prepares with two-phase commit; the second runs the call on that node,
+// once, giving one row (a set-returning call: its rows).
+static const char route_write[] =
+    "UPDATE %s SET tenant = tenant WHERE tenant OPERATOR(pg_catalog.=) $1";
+static const char route_call[] = "SELECT %s FROM (SELECT pg_catalog.count(*) FROM %s"
+                                 " WHERE tenant OPERATOR(pg_catalog.=) $1) AS route";
 
 // Runs one of the queries above (as the caller: see routed_call).  Returns
 // the number of rows, and for route_call their first column in *values and
@@ -809,8 +839,8 @@ static uint64 run_routed(const RoutedCall &routed, const char *format, Datum **v
                          bool **nulls = nullptr)
 {
     bool call = format == route_call;
-    char *query = call ? psprintf(format, routed.call, routed.table, routed.column)
-                       : psprintf(format, routed.table, routed.column);
+    char *query =
+        call ? psprintf(format, routed.call, routed.route) : psprintf(format, routed.route);
     MemoryContext caller = CurrentMemoryContext;
     SPI_connect();
     int result;

@@ -82,15 +82,16 @@ Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode, bool elsewhere_
 // cannot move on before this transaction ends; Citus routes the call to the
 // node, where it runs as any call there does, and the transaction commits
 // with two-phase commit, the claim with the business writes.  It runs as
-// the caller, so only for a role that may read and update the keys; IK005
-// for other roles and where Citus refuses a remote query (a query on a
-// shard, or a force-delegated call in a transaction block).  See
-// doc/citus.md, "Forwarded calls".
+// the caller, routed through idempotency.route (which holds no row; every
+// role may read and update it); IK005 where Citus refuses a remote query (a
+// query on a shard, or a force-delegated call in a transaction block) or
+// the routing table is not distributed with the keys.  See doc/citus.md,
+// "Forwarded calls".
 Datum forward_call(FunctionCallInfo fcinfo, Datum scope);
 
 // forward_call for a read (lookup, keys), whose scope's shard is placed on
 // another node: runs it there without a lock here (a read never waits for a
-// move; a role that may read the keys) and returns the number of rows,
+// move) and returns the number of rows,
 // their values (composites) in *rows, in the caller's memory context.
 uint64 forward_read(FunctionCallInfo fcinfo, Datum scope, Datum **rows);
 

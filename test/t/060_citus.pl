@@ -547,8 +547,11 @@ for my $point (qw(pre_commit post_commit))
 		   WHERE shardid = get_shard_id_for_distribution_column('orders', 't1')});
 	my ($source) = grep { $_->port == $from } @workers;
 	my ($target) = grep { $_->port != $from } @workers;
+	# In Citus's default mode (auto: by logical replication, which it
+	# refuses when a co-located table, the routing table say, has no
+	# replica identity).
 	query(sprintf(
-			q{SELECT citus_move_shard_placement(%d, %s, %d, %s, %d, 'force_logical')},
+			q{SELECT citus_move_shard_placement(%d, %s, %d, %s, %d)},
 			$shard, quote($source->host), $source->port, quote($target->host), $target->port));
 	$run->finish;
 	my $aborted = () = $log{err} =~ /aborted/g;
@@ -743,19 +746,35 @@ sub make_expiring_keys
 	like($err, qr/permission denied/, 'app: no access to the storage itself');
 	is(order_count('ten4', 'app-2'), '1', 'app: one order');
 	# Forwarding runs as the caller (Citus ties a transaction's writes on a
-	# tenant's shards to one role's connection), which must be able to read
-	# the keys: without that, IK005 saying so, and nothing written.
+	# tenant's shards to one role's connection), through the routing table,
+	# which every role may read and update: a call Citus does not delegate
+	# is forwarded for the application role too.
+	is( $as_app->(
+			q{BEGIN;
+			  SELECT (idempotency_begin('ten4', 'app-3', request_hash('x'::text))).outcome;
+			  INSERT INTO orders (tenant, idem_key, item) VALUES ('ten4', 'app-3', 'pen');
+			  SELECT idempotency_complete('ten4', 'app-3', 201);
+			  COMMIT;
+			  SELECT (idempotency_begin('ten4', 'app-3', request_hash('x'::text))).outcome}),
+		"claimed\nt\nreplay", 'app: a call not delegated is forwarded for the application role');
+	is(order_count('ten4', 'app-3'), '1', 'app: ... one order');
+	# Without the privileges on the routing table: IK005 saying why, and
+	# nothing written.
+	query(q{REVOKE UPDATE (tenant) ON idempotency.route FROM PUBLIC});
 	($ret, $out, $err) = $coordinator->psql(
 		$db,
 		q{\set VERBOSITY verbose
 		  BEGIN;
-		  SELECT (idempotency_begin('ten4', 'app-3', request_hash('x'::text))).outcome;
-		  INSERT INTO orders (tenant, idem_key, item) VALUES ('ten4', 'app-3', 'pen');
+		  SELECT (idempotency_begin('ten4', 'app-4', request_hash('x'::text))).outcome;
+		  INSERT INTO orders (tenant, idem_key, item) VALUES ('ten4', 'app-4', 'pen');
 		  COMMIT},
 		extra_params => [ '-U', 'app' ]);
-	like($err, qr/IK005.*\n.*Only a role that may read idempotency.keys/,
-		'app: a call not delegated is not forwarded for a role that cannot read the keys (IK005)');
-	is(order_count('ten4', 'app-3'), '0', 'app: ... and nothing was written');
+	like($err, qr/IK005.*\n.*idempotency.route, which this role may not read or update/,
+		'app: without UPDATE on the routing table, a write is not forwarded (IK005)');
+	is(order_count('ten4', 'app-4'), '0', 'app: ... and nothing was written');
+	is($as_app->(q{SELECT status FROM idempotency_lookup('ten4', 'app-3') WHERE status IS NOT NULL}),
+		'completed', 'app: ... while a read still is');
+	query(q{GRANT UPDATE (tenant) ON idempotency.route TO PUBLIC});
 }
 
 done_testing();

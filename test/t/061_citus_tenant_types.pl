@@ -439,6 +439,25 @@ for my $type (qw(bigint integer uuid))
 		'replay', 'update: the key stored before replays');
 	is(run_request($coordinator, $db, 't2', 'new', 'POST /orders', 201),
 		"claimed 1\nt", 'update: a new request claims');
+	# Calls that reach a node without their shard are forwarded through the
+	# routing table, which 0.2.0 did not distribute: IK005 saying what to
+	# run, until idempotency_distribute() distributes it with the keys.
+	my $forwarded = sprintf(q{SELECT (%s).outcome}, begin_call('t3', 'fwd', 'POST /orders'));
+	my ($ret, $out, $err) = $coordinator->psql($db, "\\set VERBOSITY verbose\n$forwarded");
+	like($err, qr/IK005.*\n.*idempotency.route, which is not distributed with the keys: run SELECT idempotency_distribute/,
+		'update: a call not delegated is not forwarded before the routing table is distributed (IK005)');
+	$query->(q{CREATE TABLE other (tenant text COLLATE "C" NOT NULL PRIMARY KEY);
+	           SELECT create_distributed_table('other', 'tenant', shard_count => 2)});
+	($ret, $out, $err) = $coordinator->psql($db, q{SELECT idempotency_distribute('other')});
+	like($err, qr/table public.other is not co-located with idempotency.keys, which is already distributed/,
+		'update: idempotency_distribute() of another co-location group is refused');
+	$query->(q{SELECT idempotency_distribute('orders')});
+	is( $query->(
+			sprintf(q{BEGIN; %s; SELECT %s; COMMIT; %s},
+				$forwarded, complete_call('t3', 'fwd', 201), $forwarded)),
+		"claimed\nt\nreplay", 'update: then a call not delegated is forwarded');
+	($ret, $out, $err) = $coordinator->psql($db, q{SELECT idempotency_distribute('orders')});
+	like($err, qr/idempotency.keys is already distributed/, 'update: and a third call is refused');
 }
 
 done_testing();
