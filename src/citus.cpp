@@ -2,6 +2,7 @@
 #include "citus.hpp"
 #include "arguments.hpp"
 #include "boundary.hpp"
+#include "compat.hpp"
 #include "module.hpp"
 #include "store.hpp"
 
@@ -14,12 +15,12 @@ extern "C"
 #include "catalog/pg_namespace_d.h"
 #include "catalog/pg_type_d.h"
 #include "commands/extension.h"
-#include "common/hashfn.h"
-#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "catalog/pg_language_d.h"
 #include "catalog/pg_proc.h"
+#include "nodes/makefuncs.h"
 #include "nodes/parsenodes.h"
+#include "parser/parse_func.h"
 #include "nodes/pathnodes.h"
 #include "nodes/primnodes.h"
 #include "optimizer/optimizer.h"
@@ -60,8 +61,8 @@ constexpr uint16 colocated_shards_metadata_lock = 8;
 struct Shard
 {
     int64 id;
-    int32 min; // hash range, both ends inclusive
-    int32 max;
+    int32 min;  // start of its hash range: the shards' order, whose index the
+                // metadata lock's tag holds (metadata_locktag)
     bool local; // placed on this node
 };
 
@@ -75,8 +76,8 @@ struct Layout
     uint32 colocation; // its co-location group
     bool by_shard_key; // by shard_key, a typed tenant (else by scope, text)
     Oid key_type;      // the distribution column's type
-    Oid collation;     // of the distribution column
-    FmgrInfo hash;     // the column type's standard hash function
+    Oid owner;         // the table's owner
+    FmgrInfo shard_id; // Citus's get_shard_id_for_distribution_column(), for key_type
     FmgrInfo input;    // by_shard_key: the type's input function, and its
     Oid input_param;   //   type parameter, which read the scope as that type
     int32 group;       // this node's group: 0 on the coordinator, -1 without Citus
@@ -201,10 +202,28 @@ static void read_partition(Layout &next, Oid pg_dist_partition)
     if (!by_scope && !next.by_shard_key)
         unsupported_layout("Its distribution column is neither the text column scope nor "
                            "shard_key of type bigint, integer or uuid.");
-    TypeCacheEntry *type = lookup_type_cache(var->vartype, TYPECACHE_HASH_PROC_FINFO);
-    if (!OidIsValid(type->hash_proc))
-        unsupported_layout("Its distribution column's type has no hash function.");
-    fmgr_info_copy(&next.hash, &type->hash_proc_finfo, layout_context);
+    // Citus's own SQL-level get_shard_id_for_distribution_column(regclass,
+    // "any"), called directly: it learns the type of its second argument
+    // from the call's expression, here one of the column's type.
+    Oid argument_types[] = {REGCLASSOID, ANYOID};
+    Oid shard_id =
+        LookupFuncName(list_make2(makeString(pstrdup("pg_catalog")),
+                                  makeString(pstrdup("get_shard_id_for_distribution_column"))),
+                       2, argument_types, true);
+    if (!OidIsValid(shard_id))
+        unsupported_layout("Citus has no function pg_catalog.get_shard_id_for_distribution_column"
+                           "(regclass, \"any\").");
+    fmgr_info_cxt(shard_id, &next.shard_id, layout_context);
+    next.shard_id.fn_expr = reinterpret_cast<Node *>(
+        makeFuncExpr(shard_id, INT8OID,
+                     list_make2(makeNullConst(REGCLASSOID, -1, InvalidOid),
+                                makeNullConst(var->vartype, -1, var->varcollid)),
+                     InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL));
+    HeapTuple relation = SearchSysCache1(RELOID, ObjectIdGetDatum(next.keys));
+    if (!HeapTupleIsValid(relation))
+        elog(ERROR, "cache lookup failed for relation %u", next.keys);
+    next.owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(relation))->relowner;
+    ReleaseSysCache(relation);
     if (next.by_shard_key)
     {
         Oid input;
@@ -212,16 +231,16 @@ static void read_partition(Layout &next, Oid pg_dist_partition)
         fmgr_info_cxt(input, &next.input, layout_context);
     }
     next.key_type = var->vartype;
-    next.collation = var->varcollid;
     next.distributed = true;
 }
 
 // The Citus versions (major.minor of the extension) whose private layout
-// this file follows -- the hash ranges, the shard names, the metadata lock of
-// co-located shards that a move takes -- each run by test/t/060_citus.pl.  A
-// later version could change how a move locks without anything here
-// noticing, so distributed keys are refused on any other version rather
-// than kept unprotected.
+// this file relies on -- the signatures of the routines its library exports,
+// the columns of its catalogs, the tag of the shard metadata lock tried
+// without waiting, the flags of its execution state -- each run by
+// test/t/060_citus.pl.  A later version could change one of them without
+// anything here noticing, so distributed keys are refused on any other
+// version rather than kept unprotected.
 static const char *const tested_citus_versions[] = {"13.0", "13.2"};
 
 static void require_tested_citus()
@@ -244,9 +263,9 @@ static void require_tested_citus()
     ereport(ERROR,
             (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
              errmsg("Citus %s is not a version this extension is tested with", version),
-             errdetail("With distributed keys, the extension follows how Citus places, names and "
-                       "locks shards, as Citus 13.0 and 13.2 do; on another version it could not "
-                       "keep a shard move from letting a key be claimed twice."),
+             errdetail("With distributed keys, the extension calls routines of Citus's library "
+                       "and reads its catalogs as Citus 13.0 and 13.2 lay them out; on another "
+                       "version a change there could let a shard move have a key claimed twice."),
              errhint("Use a tested Citus version (see doc/citus.md), or an idempotency release "
                      "tested with this one.")));
 }
@@ -275,18 +294,16 @@ static void read_shards(Layout &next, Oid pg_dist_shard, Oid pg_dist_placement)
     next.shards = static_cast<Shard *>(palloc(capacity * sizeof(Shard)));
     scan_catalog(pg_dist_shard, "pg_dist_shard_logical_relid_index", "logicalrelid", REGCLASSOID,
                  F_OIDEQ, ObjectIdGetDatum(next.keys), [&](Relation rel, HeapTuple tuple) {
-                     bool min_null, max_null, isnull;
+                     bool min_null, isnull;
                      Datum min = column(rel, tuple, "shardminvalue", TEXTOID, &min_null);
-                     Datum max = column(rel, tuple, "shardmaxvalue", TEXTOID, &max_null);
-                     if (min_null || max_null)
+                     if (min_null)
                          unsupported_layout("A shard of it has no hash range.");
                      if (next.shard_count == capacity)
                          next.shards = static_cast<Shard *>(
                              repalloc(next.shards, (capacity *= 2) * sizeof(Shard)));
                      next.shards[next.shard_count++] =
                          Shard{DatumGetInt64(column(rel, tuple, "shardid", INT8OID, &isnull)),
-                               pg_strtoint32(TextDatumGetCString(min)),
-                               pg_strtoint32(TextDatumGetCString(max)), false};
+                               pg_strtoint32(TextDatumGetCString(min)), false};
                  });
     qsort(next.shards, next.shard_count, sizeof(Shard), compare_shards);
 
@@ -418,70 +435,170 @@ Datum scope_as(Oid type, Datum scope)
     return scope_value(&input_function, input_param, type, scope);
 }
 
-static Placement place(Oid keys, Datum scope)
+// The shard Citus places the distribution column's value `value` in, by
+// its get_shard_id_for_distribution_column() (as the keys' owner: it checks
+// SELECT on the table).  The user is restored by the abort of an error, as
+// for any security-restricted operation.
+static int64 citus_shard_id(const Layout &current, Datum value)
 {
-    const Layout &current = layout_of(keys);
-    if (!current.distributed)
-        return Placement{false, 0, -1, 0, current.group <= 0};
-    // (The input functions of bigint, integer and uuid read no catalog: the
-    // layout stays current.)
-    Datum value = current.by_shard_key ? scope_value(const_cast<FmgrInfo *>(&current.input),
-                                                     current.input_param, current.key_type, scope)
-                                       : scope;
-    int32 hash = DatumGetInt32(
-        FunctionCall1Coll(const_cast<FmgrInfo *>(&current.hash), current.collation, value));
-    int low = 0, high = current.shard_count - 1;
-    while (low <= high)
-    {
-        int middle = (low + high) / 2;
-        const Shard &shard = current.shards[middle];
-        if (hash < shard.min)
-            high = middle - 1;
-        else if (hash > shard.max)
-            low = middle + 1;
-        else
-            return placement_at(current, middle);
-    }
-    unsupported_layout("No shard's hash range holds the scope.");
+    LOCAL_FCINFO(call, 2);
+    InitFunctionCallInfoData(*call, const_cast<FmgrInfo *>(&current.shard_id), 2, InvalidOid,
+                             nullptr, nullptr);
+    call->args[0].value = ObjectIdGetDatum(current.keys);
+    call->args[0].isnull = false;
+    call->args[1].value = value;
+    call->args[1].isnull = false;
+    Oid user;
+    int security;
+    GetUserIdAndSecContext(&user, &security);
+    SetUserIdAndSecContext(current.owner,
+                           security | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+    Datum shard = FunctionCallInvoke(call);
+    SetUserIdAndSecContext(user, security);
+    if (call->isnull)
+        elog(ERROR, "get_shard_id_for_distribution_column() gave NULL");
+    return DatumGetInt64(shard);
 }
 
+// The last scope placed (if short: tenants' values are), and its shard: a
+// call places its scope two or three times (before and after its lock), and
+// a request's calls name the same scope.  Valid for the layout of `keys`
+// and `generation` only: a change of Citus's metadata comes with an
+// invalidation of that layout.
+static struct
+{
+    Oid keys;
+    uint64 generation;
+    int length;
+    char scope[64];
+    int64 shard;
+} last_placed = {};
+
+// Where the keys of `scope` are: the shard Citus gives the scope's value
+// (read as the tenant column's type), in the layout.
+static Placement place(Oid keys, Datum scope)
+{
+    text *scope_text = DatumGetTextPP(scope);
+    int length = VARSIZE_ANY_EXHDR(scope_text);
+    for (;;)
+    {
+        const Layout &current = layout_of(keys);
+        if (!current.distributed)
+            return Placement{false, 0, -1, 0, current.group <= 0};
+        int64 shard;
+        if (last_placed.keys == keys && last_placed.generation == current.generation &&
+            last_placed.length == length &&
+            memcmp(last_placed.scope, VARDATA_ANY(scope_text), length) == 0)
+            shard = last_placed.shard;
+        else
+        {
+            // (Reading a bigint, integer or uuid reads no catalog: the
+            // layout stays current.)
+            Datum value = current.by_shard_key
+                              ? scope_value(const_cast<FmgrInfo *>(&current.input),
+                                            current.input_param, current.key_type, scope)
+                              : scope;
+            uint64 generation = current.generation;
+            shard = citus_shard_id(current, value);
+            if (generation != invalidations)
+                continue; // Citus read changed metadata: so does the layout
+            if (size_t(length) <= sizeof last_placed.scope)
+            {
+                last_placed.keys = keys;
+                last_placed.generation = generation;
+                last_placed.length = length;
+                memcpy(last_placed.scope, VARDATA_ANY(scope_text), length);
+                last_placed.shard = shard;
+            }
+        }
+        for (int i = 0; i < current.shard_count; i++)
+            if (current.shards[i].id == shard)
+                return placement_at(current, i);
+        unsupported_layout("Citus places the scope in a shard that its catalogs do not list.");
+    }
+}
+
+// A routine the loaded Citus library exports, by its name: NULL when this
+// Citus does not export it.  Kept for the backend's life by the callers: a
+// loaded library is never unloaded, so the address stays valid.
+static void *exported(const char *name)
+{
+    return load_external_function("$libdir/citus", name, false, nullptr);
+}
+
+// exported(name), which the extension cannot do without (`use`: what for):
+// 0A000 when this Citus does not export it, rather than go on without it.
+static void *required_export(const char *name, const char *use)
+{
+    void *routine = exported(name);
+    if (routine == nullptr)
+        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                        errmsg("the loaded Citus library does not export %s", name),
+                        errdetail("With Citus, the extension uses it %s.", use),
+                        errhint("Use a tested Citus version (see doc/citus.md).")));
+    return routine;
+}
+
+// The tag of the shard's metadata lock in the tested Citus releases (an
+// advisory tag: the shard's index in the sorted shard list, the co-location
+// id, class 8).  Only a lock that must not wait tries it by itself; see
+// lock_metadata.
 static void metadata_locktag(LOCKTAG *tag, const Placement &placement)
 {
     SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, uint32(placement.index), placement.colocation,
                          colocated_shards_metadata_lock);
 }
 
+// The shard's metadata lock in ShareLock, as Citus's own router writes take
+// it before they pick a placement, through Citus's exported
+// LockShardDistributionMetadata: the lock that a move or split takes in
+// ExclusiveLock before it switches the shard over, whatever its tag in a
+// Citus release.  Held to the end of the transaction.  Without `wait`, only
+// if it is free at once: Citus exports no such try, so the tag of the tested
+// releases is tried first; nothing but that try depends on the tag (taking
+// the wrong one would only make a replay wait), and every lock taken by
+// waiting checks that Citus's lock and the tag agree.
 static bool lock_metadata(const Placement &placement, bool wait)
 {
+    using LockShardMetadata = void (*)(int64 shard, LOCKMODE mode);
+    static LockShardMetadata lock_shard_metadata = nullptr;
+    if (lock_shard_metadata == nullptr)
+        lock_shard_metadata = reinterpret_cast<LockShardMetadata>(
+            required_export("LockShardDistributionMetadata",
+                            "to lock a shard's metadata as Citus's own writes do, which keeps a "
+                            "shard move from switching the shard over under a claim"));
     LOCKTAG tag;
     metadata_locktag(&tag, placement);
-    return LockAcquire(&tag, ShareLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
-}
-
-// The name Citus gives a shard relation: the table's name and "_<shard id>",
-// the name shortened -- and marked with 8 hex digits of its hash -- when the
-// two would not fit in NAMEDATALEN - 1 bytes.
-static char *shard_relation_name(const char *table, int64 shard)
-{
-    char suffix[32];
-    snprintf(suffix, sizeof suffix, "_" INT64_FORMAT, shard);
-    int length = int(strlen(table)), suffix_length = int(strlen(suffix));
-    if (length < NAMEDATALEN - suffix_length)
-        return psprintf("%s%s", table, suffix);
-    uint32 hash = DatumGetUInt32(hash_any(reinterpret_cast<const unsigned char *>(table), length));
-    int kept = pg_mbcliplen(table, length, NAMEDATALEN - suffix_length - 10);
-    return psprintf("%.*s_%.8x%s", kept, table, hash, suffix);
+    if (!wait && LockAcquire(&tag, ShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+        return false;
+    lock_shard_metadata(placement.shard, ShareLock);
+    if (wait && !compat::lock_held_by_me(&tag, ShareLock))
+        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                        errmsg("Citus locks the metadata of shard " INT64_FORMAT
+                               " differently from the Citus versions this extension is tested with",
+                               placement.shard),
+                        errhint("Use a tested Citus version (see doc/citus.md).")));
+    return true;
 }
 
 // Finds and locks the shard relation, checking the name again after the lock
 // as lock_heap (store.cpp) does.  InvalidOid when skip_if_busy and it is busy.
+// The shard's name is the one Citus gives it, from its exported
+// AppendShardIdToName (the table's name and "_<shard id>", shortened when
+// too long).
 static Oid lock_shard_relation(Oid keys, int64 shard, LOCKMODE lockmode, bool skip_if_busy)
 {
+    using AppendShardId = void (*)(char **name, uint64 shard);
+    static AppendShardId append_shard_id = nullptr;
+    if (append_shard_id == nullptr)
+        append_shard_id = reinterpret_cast<AppendShardId>(
+            required_export("AppendShardIdToName", "to name the shards of idempotency.keys"));
     char *table = get_rel_name(keys);
     Oid schema = get_rel_namespace(keys);
     if (table == nullptr)
         elog(ERROR, "cache lookup failed for relation %u", keys);
-    char *name = shard_relation_name(table, shard);
+    char *name = table; // (a copy, which the call extends)
+    append_shard_id(&name, uint64(shard));
     for (;;)
     {
         uint64 seen = SharedInvalidMessageCounter;
@@ -537,21 +654,11 @@ static void force_two_phase()
         return; // Citus is not loaded: no coordinated transactions
     using Use2PC = void (*)();
     static Use2PC use_2pc = nullptr;
-    static bool looked_up = false;
-    if (!looked_up)
-    {
-        use_2pc = reinterpret_cast<Use2PC>(load_external_function(
-            "$libdir/citus", "Use2PCForCoordinatedTransaction", false, nullptr));
-        looked_up = true;
-    }
     if (use_2pc == nullptr)
-        ereport(ERROR,
-                (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                 errmsg("cannot write idempotency keys on a Citus node with this Citus version"),
-                 errdetail("The loaded Citus library does not export "
-                           "Use2PCForCoordinatedTransaction, which makes a claim and the "
-                           "distributed writes of its transaction commit together."),
-                 errhint("Distribute the keys with idempotency_distribute().")));
+        use_2pc = reinterpret_cast<Use2PC>(
+            required_export("Use2PCForCoordinatedTransaction",
+                            "to commit a claim and the distributed writes of its transaction "
+                            "together"));
     use_2pc();
 }
 
@@ -672,17 +779,14 @@ static const CitusExecution &citus_execution()
     static CitusExecution execution = {};
     if (!execution.looked_up)
     {
-        auto symbol = [](const char *name) {
-            return reinterpret_cast<void *>(
-                load_external_function("$libdir/citus", name, false, nullptr));
-        };
         execution.use_coordinated_transaction =
-            reinterpret_cast<void (*)()>(symbol("UseCoordinatedTransaction"));
-        execution.internal_backend = reinterpret_cast<bool (*)()>(symbol("IsCitusInternalBackend"));
+            reinterpret_cast<void (*)()>(exported("UseCoordinatedTransaction"));
+        execution.internal_backend =
+            reinterpret_cast<bool (*)()>(exported("IsCitusInternalBackend"));
         execution.in_delegated_function =
-            static_cast<const bool *>(symbol("InTopLevelDelegatedFunctionCall"));
+            static_cast<const bool *>(exported("InTopLevelDelegatedFunctionCall"));
         execution.in_delegated_procedure =
-            static_cast<const bool *>(symbol("InDelegatedProcedureCall"));
+            static_cast<const bool *>(exported("InDelegatedProcedureCall"));
         execution.looked_up = true;
     }
     return execution;

@@ -1,25 +1,28 @@
-// Citus, detected at run time from its catalogs (no build-time dependency on
-// its headers or its library).
+// Citus, detected at run time from its catalogs and the routines its
+// library exports (no build-time dependency on its headers or its library).
 //
 // When idempotency.keys is a hash-distributed Citus table, its rows live in
-// shards, one relation per shard, named as Citus names them (keys_<shard id>,
-// in the table's schema); the table itself is an empty shell.  Every read and
-// write for a scope then goes to the shard that holds the scope:
-//  1. the scope is hashed as Citus hashes the distribution column (the type's
-//     standard hash function under the column's collation) and the shard
-//     whose hash range holds the value is picked.  The column is scope (text
+// shards, one relation per shard, named as Citus names them (its exported
+// AppendShardIdToName: keys_<shard id>, in the table's schema); the table
+// itself is an empty shell.  Every read and write for a scope then goes to
+// the shard that holds the scope:
+//  1. Citus's own get_shard_id_for_distribution_column() gives the scope's
+//     shard (called directly, not through SQL).  The column is scope (text
 //     tenants), or shard_key, made the type of a bigint, integer or uuid
 //     tenant column by idempotency_distribute(): the scope is then read as
 //     that type first (its input function).  Citus delegates such calls by a
 //     bigint or uuid scope (create_scope_variants), whose text reads back as
 //     the value Citus hashed;
-//  2. the lock Citus's own executor takes before it writes a shard is taken:
-//     ShareLock on the co-located shards' metadata (advisory space: the
-//     shard's index in the sorted shard list, the co-location id, class 8).
-//     A shard move or split takes it in ExclusiveLock, on every node that has
-//     the metadata, before it switches the placement over; holding it keeps
-//     the move from finishing (and the source shard from being dropped)
-//     until this transaction ends;
+//  2. the lock Citus's own executor takes before it writes a shard is taken,
+//     through its exported LockShardDistributionMetadata: ShareLock on the
+//     co-located shards' metadata.  A shard move or split takes it in
+//     ExclusiveLock, on every node that has the metadata, before it switches
+//     the placement over; holding it keeps the move from finishing (and the
+//     source shard from being dropped) until this transaction ends.  Only a
+//     lock that must not wait tries the lock's tag of the tested releases
+//     (advisory space: the shard's index in the sorted shard list, the
+//     co-location id, class 8), and every lock taken by waiting checks that
+//     tag against Citus's;
 //  3. the metadata is read again after the lock, with a fresh catalog
 //     snapshot: a move that finished before the lock was granted is seen;
 //  4. the shard must be placed on this node; otherwise the call was not
@@ -28,9 +31,10 @@
 //     query run on another node, answers IK005, and a retry is routed
 //     afresh.
 //
-// Steps 1, 2 and the shard names follow Citus's private layout, so they are
-// trusted only on the Citus releases test/t/060_citus.pl runs (refused on
-// others), and the catalogs are read through their indexes with each column's
+// The lock's tag, the catalogs' columns and the exported routines are
+// Citus's private layout, so they are trusted only on the Citus releases
+// test/t/060_citus.pl runs (refused on others); a routine missing is refused
+// too, and the catalogs are read through their indexes with each column's
 // type checked.
 //
 // When idempotency.keys is not distributed but Citus is loaded, a write to it
@@ -39,8 +43,8 @@
 // a worker while the local claim is lost in a crash (see force_two_phase).
 //
 // Cache (backend-local): the layout of the table -- whether it is
-// distributed, its hash function and collation, its shards' ranges and which
-// are placed here -- keyed by the table's OID and a generation.  Citus's
+// distributed, by which column, its shards in the order of their hash ranges
+// and which are placed here -- keyed by the table's OID and a generation.  Citus's
 // triggers on pg_dist_partition, pg_dist_shard and pg_dist_placement
 // invalidate the distributed table's relcache entry, and changes of
 // pg_dist_local_group and pg_dist_node invalidate those catalogs' entries; a
