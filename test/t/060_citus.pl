@@ -777,4 +777,38 @@ sub make_expiring_keys
 	query(q{GRANT UPDATE (tenant) ON idempotency.route TO PUBLIC});
 }
 
+# ---------------------------------------------------------------------------
+# A tenant isolated to a shard of its own, and a background rebalance
+# ---------------------------------------------------------------------------
+{
+	is(run_request($coordinator, $db, 'ten6', 'before-isolate', 'POST /orders', 201,
+			write => order_sql('ten6', 'before-isolate')),
+		"claimed 1\nt", 'isolate: a request');
+	query(q{SELECT isolate_tenant_to_new_shard('orders', 'ten6', cascade_option => 'CASCADE',
+	                                          shard_transfer_mode => 'block_writes')});
+	is( query(
+			q{SELECT count(DISTINCT get_shard_id_for_distribution_column(t, 'ten6'))
+			    FROM unnest(ARRAY['orders', 'idempotency.keys', 'idempotency.route']::regclass[]) AS t
+			   WHERE (SELECT count(*) FROM pg_dist_shard
+			           WHERE shardid = get_shard_id_for_distribution_column(t, 'ten6')
+			             AND shardminvalue = shardmaxvalue) = 1}),
+		'3', 'isolate: the keys and the routing table have a shard of the tenant alone too');
+	is(outcome_of('ten6', 'before-isolate'), 'replay', 'isolate: the key replays');
+	query(q{SELECT citus_rebalance_start(); SELECT citus_rebalance_wait()});
+	is(outcome_of('ten6', 'before-isolate'), 'replay', 'rebalance: the key replays');
+	is(run_request($coordinator, $db, 'ten6', 'after-rebalance', 'POST /orders', 201,
+			write => order_sql('ten6', 'after-rebalance')),
+		"claimed 1\nt", 'rebalance: a request');
+	is(order_count('ten6', 'after-rebalance'), '1', 'rebalance: ... one order');
+	is( query(sprintf(q{SELECT (%s).outcome}, begin_call('ten6', 'after-rebalance', 'POST /orders'))),
+		'replay', 'rebalance: ... which replays when forwarded');
+	# A new shard count for the tenant's tables is refused (the keys and the
+	# routing table belong to the extension): doc/citus.md, Limits.
+	my ($sqlstate, $stderr) = sql_error($coordinator, $db,
+		q{SELECT alter_distributed_table('orders', shard_count => 8, cascade_to_colocated => true)});
+	like($stderr, qr/cannot alter table because an extension depends on it/,
+		'alter_distributed_table of the co-location group is refused');
+	is(outcome_of('ten6', 'after-rebalance'), 'replay', '... and changed nothing');
+}
+
 done_testing();
