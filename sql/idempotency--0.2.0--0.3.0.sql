@@ -192,7 +192,6 @@ CREATE TABLE idempotency.route (
 COMMENT ON TABLE idempotency.route IS
     'always empty; with Citus, distributed with the keys: calls that reach a node without their scope''s shard are routed to it through this table';
 REVOKE ALL ON TABLE idempotency.route FROM PUBLIC;
-GRANT SELECT (tenant), UPDATE (tenant) ON idempotency.route TO PUBLIC;
 
 -- idempotency_distribute() takes those tenant columns, and distributes the
 -- routing table.  It is only ever run
@@ -301,11 +300,6 @@ BEGIN
             END;
             alter_tables := alter_tables OPERATOR(pg_catalog.||) alter_keys;
         END IF;
-        -- The routing table's column, of the type of the keys'.
-        alter_route := pg_catalog.format('ALTER TABLE idempotency.route ALTER COLUMN tenant TYPE %1$s USING tenant::%1$s',
-                                         column_type::pg_catalog.regtype);
-        EXECUTE alter_route;
-        alter_tables := alter_tables OPERATOR(pg_catalog.||) alter_route;
         scope_type := CASE WHEN column_type OPERATOR(pg_catalog.=) 'pg_catalog.uuid'::pg_catalog.regtype
                            THEN 'pg_catalog.uuid'::pg_catalog.regtype
                            ELSE 'pg_catalog.int8'::pg_catalog.regtype END;
@@ -316,27 +310,6 @@ BEGIN
         PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
         PERFORM idempotency.create_scope_variants(scope_type::pg_catalog.regtype);
         PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', ddl_propagation, true);
-        -- The workers have the table too (Citus created the extension on
-        -- them), and Citus checks its columns there; and the calls it
-        -- delegates need the variants there: the same changes, which Citus
-        -- runs in a transaction of its own on each (one statement, whose
-        -- error Citus reports).  Their tables are empty and unused (the
-        -- functions refuse the keys), so the changes are harmless if the
-        -- distribution fails after them, and made again by the next call.
-        FOR node IN
-            SELECT * FROM pg_catalog.run_command_on_workers(pg_catalog.format(
-                'DO $do$ DECLARE statement text; BEGIN '
-                'PERFORM pg_catalog.set_config(''citus.enable_ddl_propagation'', ''off'', true); '
-                'FOREACH statement IN ARRAY %L::text[] LOOP EXECUTE statement; END LOOP; '
-                'PERFORM idempotency.create_scope_variants(%L); '
-                'END $do$',
-                alter_tables, scope_type::pg_catalog.regtype))
-        LOOP
-            IF NOT node.success THEN
-                RAISE EXCEPTION 'could not change idempotency.keys on node %:%', node.nodename, node.nodeport
-                    USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = node.result;
-            END IF;
-        END LOOP;
         distribution_column := 'shard_key';
     ELSE
         RAISE EXCEPTION 'the distribution column % of table % is not of type bigint, integer, uuid or text COLLATE "C"',
@@ -345,6 +318,39 @@ BEGIN
                   DETAIL = 'The keys are distributed by the scope read as the tenant column''s type; these are the types this extension reads and tests.',
                   HINT = 'Declare the tenant column bigint, integer, uuid or text COLLATE "C", and pass its value as the scope.';
     END IF;
+    -- The routing table's column, of the type of the keys' distribution
+    -- column (the table holds no row to convert; set whatever a failed call
+    -- left on a worker).
+    alter_route := pg_catalog.format('ALTER TABLE idempotency.route ALTER COLUMN tenant TYPE %s USING NULL',
+                                     CASE WHEN scope_type OPERATOR(pg_catalog.=) 'pg_catalog.text'::pg_catalog.regtype
+                                          THEN 'pg_catalog.text COLLATE "C"'
+                                          ELSE column_type::pg_catalog.regtype::text END);
+    EXECUTE alter_route;
+    alter_tables := alter_tables OPERATOR(pg_catalog.||) alter_route;
+    -- The workers have the tables too (Citus created the extension on
+    -- them), and Citus checks their columns there; and the calls it
+    -- delegates need the variants there: the same changes, which Citus
+    -- runs in a transaction of its own on each (one statement, whose error
+    -- Citus reports).  Their tables are empty and unused (the functions
+    -- refuse the keys), so the changes are harmless if the distribution
+    -- fails after them, and made again by the next call.
+    FOR node IN
+        SELECT * FROM pg_catalog.run_command_on_workers(pg_catalog.format(
+            'DO $do$ DECLARE statement text; BEGIN '
+            'PERFORM pg_catalog.set_config(''citus.enable_ddl_propagation'', ''off'', true); '
+            'FOREACH statement IN ARRAY %L::text[] LOOP EXECUTE statement; END LOOP; '
+            '%s'
+            'END $do$',
+            alter_tables,
+            CASE WHEN scope_type OPERATOR(pg_catalog.=) 'pg_catalog.text'::pg_catalog.regtype THEN ''
+                 ELSE pg_catalog.format('PERFORM idempotency.create_scope_variants(%L); ',
+                                        scope_type::pg_catalog.regtype) END))
+    LOOP
+        IF NOT node.success THEN
+            RAISE EXCEPTION 'could not change the tables of the extension on node %:%', node.nodename, node.nodeport
+                USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = node.result;
+        END IF;
+    END LOOP;
     IF NOT keys_distributed THEN
         PERFORM pg_catalog.create_distributed_table('idempotency.keys', distribution_column,
                                                     colocate_with => colocate_with::text);

@@ -65,35 +65,19 @@ SET ROLE regress_idem_outsider;
 SELECT idempotency_key_problem('s', '') AS problem;
 RESET ROLE;
 
--- Every role may name the objects of the private schema, and reads and
--- updates the column of the routing table, which holds no row, but nothing
--- else: no other table, column or function there.
-SELECT c.relname, a.attname,
-       has_column_privilege('public', c.oid, a.attnum, 'SELECT') AS can_select,
-       has_column_privilege('public', c.oid, a.attnum, 'INSERT') AS can_insert,
-       has_column_privilege('public', c.oid, a.attnum, 'UPDATE') AS can_update
-  FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
+-- Every role may name the objects of the private schema, but nothing there
+-- is granted to PUBLIC: no table, column or function (with Citus, the DBA
+-- grants the routing table to the roles whose calls are forwarded:
+-- doc/citus.md).
+SELECT has_schema_privilege('public', 'idempotency', 'USAGE') AS public_uses_schema;
+SELECT c.relname, a.attname FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
  WHERE c.relnamespace = 'idempotency'::regnamespace
-   AND has_column_privilege('public', c.oid, a.attnum, 'SELECT, INSERT, UPDATE, REFERENCES')
- ORDER BY 1, 2;
-SELECT c.relname FROM pg_class c
- WHERE c.relnamespace = 'idempotency'::regnamespace
-   AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
-   AND has_table_privilege('public', c.oid, 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER');
+   AND has_column_privilege('public', c.oid, a.attnum, 'SELECT, INSERT, UPDATE, REFERENCES');
 SELECT p.proname FROM pg_proc p
  WHERE p.pronamespace = 'idempotency'::regnamespace
    AND has_function_privilege('public', p.oid, 'EXECUTE');
--- A role may not add a row to it, nor lock it (which would hold up forwarded
--- calls); its CHECK keeps it empty even for its owner.
-SET ROLE regress_idem_outsider;
+-- The routing table holds no row, even for its owner.
 INSERT INTO idempotency.route VALUES ('t');
-BEGIN;
-LOCK TABLE idempotency.route IN ACCESS EXCLUSIVE MODE;
-ROLLBACK;
-UPDATE idempotency.route SET tenant = tenant WHERE tenant = 'x';
-RESET ROLE;
-INSERT INTO idempotency.route VALUES ('t');
-
 DROP EXTENSION idempotency;
 DROP ROLE regress_idem_app;
 DROP ROLE regress_idem_outsider;

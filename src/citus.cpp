@@ -2,7 +2,6 @@
 #include "citus.hpp"
 #include "arguments.hpp"
 #include "boundary.hpp"
-#include "compat.hpp"
 #include "module.hpp"
 #include "store.hpp"
 
@@ -541,8 +540,7 @@ static void *required_export(const char *name, const char *use)
 
 // The tag of the shard's metadata lock in the tested Citus releases (an
 // advisory tag: the shard's index in the sorted shard list, the co-location
-// id, class 8).  Only a lock that must not wait tries it by itself; see
-// lock_metadata.
+// id, class 8); see lock_metadata.
 static void metadata_locktag(LOCKTAG *tag, const Placement &placement)
 {
     SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, uint32(placement.index), placement.colocation,
@@ -550,15 +548,17 @@ static void metadata_locktag(LOCKTAG *tag, const Placement &placement)
 }
 
 // The shard's metadata lock in ShareLock, as Citus's own router writes take
-// it before they pick a placement, through Citus's exported
-// LockShardDistributionMetadata: the lock that a move or split takes in
-// ExclusiveLock before it switches the shard over, whatever its tag in a
-// Citus release.  Held to the end of the transaction.  Without `wait`, only
-// if it is free at once: Citus exports no such try, so the tag of the tested
-// releases is tried first; nothing but that try depends on the tag (taking
-// the wrong one would only make a replay wait), and every lock taken by
-// waiting checks that Citus's lock and the tag agree.
-static bool lock_metadata(const Placement &placement, bool wait)
+// it before they pick a placement: the lock a move or split takes in
+// ExclusiveLock before it switches the shard over.  Held to the end of the
+// transaction.  Taken by its tag in the tested releases first -- waiting,
+// or without `wait` only if it is free at once (Citus exports no such try)
+// -- then, if the shard still exists after the invalidations of a switch
+// the wait let through, through Citus's exported
+// LockShardDistributionMetadata, which holds Citus's lock whatever its tag
+// in a release (at once when the tags agree).  A shard that a split removed
+// meanwhile is left to the caller, which places the scope again (Citus's
+// routine would fail on it).
+static bool lock_metadata(Oid keys, const Placement &placement, bool wait)
 {
     using LockShardMetadata = void (*)(int64 shard, LOCKMODE mode);
     static LockShardMetadata lock_shard_metadata = nullptr;
@@ -569,15 +569,16 @@ static bool lock_metadata(const Placement &placement, bool wait)
                             "shard move from switching the shard over under a claim"));
     LOCKTAG tag;
     metadata_locktag(&tag, placement);
-    if (!wait && LockAcquire(&tag, ShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+    if (LockAcquire(&tag, ShareLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
         return false;
-    lock_shard_metadata(placement.shard, ShareLock);
-    if (wait && !compat::lock_held_by_me(&tag, ShareLock))
-        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                        errmsg("Citus locks the metadata of shard " INT64_FORMAT
-                               " differently from the Citus versions this extension is tested with",
-                               placement.shard),
-                        errhint("Use a tested Citus version (see doc/citus.md).")));
+    AcceptInvalidationMessages();
+    const Layout &now = layout_of(keys);
+    for (int i = 0; i < now.shard_count; i++)
+        if (now.shards[i].id == placement.shard)
+        {
+            lock_shard_metadata(placement.shard, ShareLock);
+            break;
+        }
     return true;
 }
 
@@ -630,7 +631,7 @@ static Placement lock_placement(Oid keys, Datum scope)
     Placement placement = place(keys, scope);
     while (placement.distributed)
     {
-        lock_metadata(placement, true);
+        lock_metadata(keys, placement, true);
         AcceptInvalidationMessages();
         Placement now = place(keys, scope);
         if (now.same_shard(placement))
@@ -827,20 +828,28 @@ struct RoutedCall
 // again; it answers IK005 instead.  Reset when the query ends, by error too.
 static bool forwarding = false;
 
+// Whether `role` may `mode` (one privilege) the column `column` of
+// `relation`: by the table's privileges or the column's, as the executor
+// checks it.
+static bool may_access_column(Oid relation, AttrNumber column, Oid role, AclMode mode)
+{
+    return pg_class_aclcheck(relation, role, mode) == ACLCHECK_OK ||
+           pg_attribute_aclcheck(relation, column, role, mode) == ACLCHECK_OK;
+}
+
 // idempotency.route, the always-empty table that idempotency_distribute()
 // distributes with the keys, by a column of the same type: its shard for a
 // value is co-located with the keys' shard for it, so a query on it is
 // routed to that node, and its writes share a connection with the business
-// writes on the tenant's other shards (below).  Any role may read and update
-// its column (the extension's script grants that to PUBLIC), since it holds
-// nothing.  IK005 when it is not distributed with the keys (they were
-// distributed by 0.2.0: idempotency_distribute() distributes it) or the
-// caller has lost those privileges.  Looked up for each forwarded call:
-// forwarding is rare, and nothing is kept that an invalidation could make
-// stale.
+// writes on the tenant's other shards (below).  The caller needs SELECT
+// (and, for a write, UPDATE) on it, which the DBA grants (see the script).  IK005 when it is not
+// distributed with the keys (they were distributed by 0.2.0: idempotency_distribute() distributes
+// it) or the caller lacks those privileges, saying what to run.  Looked up for each forwarded call:
+// forwarding is rare, and nothing is kept that an invalidation could make stale.
 static Oid route_table(Oid keys, const Placement &placement, bool write)
 {
-    Oid route = get_relname_relid("route", get_rel_namespace(keys));
+    Oid schema = get_rel_namespace(keys);
+    Oid route = get_relname_relid("route", schema);
     bool colocated = false;
     Oid pg_dist_partition = catalog("pg_dist_partition");
     if (OidIsValid(route) && OidIsValid(pg_dist_partition))
@@ -856,12 +865,17 @@ static Oid route_table(Oid keys, const Placement &placement, bool write)
                    "Calls are forwarded to the shard's node through the table idempotency.route, "
                    "which is not distributed with the keys: run SELECT idempotency_distribute(...) "
                    "again (once after an update from 0.2.0).");
-    // (one privilege per check: a check of several passes with any of them)
-    if (pg_attribute_aclcheck(route, 1, GetUserId(), ACL_SELECT) != ACLCHECK_OK ||
-        (write && pg_attribute_aclcheck(route, 1, GetUserId(), ACL_UPDATE) != ACLCHECK_OK))
+    Oid role = GetUserId();
+    if (!may_access_column(route, 1, role, ACL_SELECT) ||
+        (write && !may_access_column(route, 1, role, ACL_UPDATE)))
+    {
+        const char *name = quote_identifier(GetUserNameFromId(role, false));
         not_routed(placement.shard,
-                   "Calls are forwarded to the shard's node through the table idempotency.route, "
-                   "which this role may not read or update (the extension grants both to PUBLIC).");
+                   psprintf("Calls are forwarded to the shard's node through the table "
+                            "idempotency.route (it holds no row), as the calling role, which may "
+                            "not use it: GRANT SELECT, UPDATE ON idempotency.route TO %s.",
+                            name));
+    }
     return route;
 }
 
@@ -1038,7 +1052,7 @@ List *local_shards(Oid keys, LOCKMODE lockmode, bool skip_if_busy)
     List *relations = NIL;
     for (int i = 0; i < count; i++)
     {
-        if (!candidates[i].local || !lock_metadata(candidates[i], !skip_if_busy))
+        if (!candidates[i].local || !lock_metadata(keys, candidates[i], !skip_if_busy))
             continue;
         AcceptInvalidationMessages();
         // Still this node's, with the same index, after the lock?
@@ -1217,7 +1231,8 @@ static Datum prepare_delegation(FunctionCallInfo fcinfo)
     Placement placement = place(keys, scope);
     if (access == Access::reads || placement.local)
         return (Datum)0; // a read, or runs here and locks for itself
-    if (!lock_metadata(placement, false) && access == Access::begins && !fcinfo->args[2].isnull &&
+    if (!lock_metadata(keys, placement, false) && access == Access::begins &&
+        !fcinfo->args[2].isnull &&
         completed_record(keys, shard_key_type, scope, fcinfo->args[2].value))
         return (Datum)0;
     lock_placement(keys, scope);

@@ -11,7 +11,6 @@ extern "C"
 #include "catalog/pg_database.h"
 #include "executor/executor.h"
 #include "nodes/parsenodes.h"
-#include "storage/lock.h"
 #include "storage/proc.h"
 #include "utils/relcache.h"
 #if PG_VERSION_NUM >= 160000
@@ -95,17 +94,6 @@ inline bool database_is_invalid(Form_pg_database database)
     return database->datconnlimit == DATCONNLIMIT_INVALID_DB;
 #else
     return false;
-#endif
-}
-
-// Whether this backend holds the lock `tag` in `mode` itself (17 added the
-// choice of a stronger mode too).
-inline bool lock_held_by_me(const LOCKTAG *tag, LOCKMODE mode)
-{
-#if PG_VERSION_NUM >= 170000
-    return LockHeldByMe(tag, mode, false);
-#else
-    return LockHeldByMe(tag, mode);
 #endif
 }
 

@@ -747,34 +747,35 @@ sub make_expiring_keys
 	is(order_count('ten4', 'app-2'), '1', 'app: one order');
 	# Forwarding runs as the caller (Citus ties a transaction's writes on a
 	# tenant's shards to one role's connection), through the routing table,
-	# which every role may read and update: a call Citus does not delegate
-	# is forwarded for the application role too.
-	is( $as_app->(
-			q{BEGIN;
-			  SELECT (idempotency_begin('ten4', 'app-3', request_hash('x'::text))).outcome;
-			  INSERT INTO orders (tenant, idem_key, item) VALUES ('ten4', 'app-3', 'pen');
-			  SELECT idempotency_complete('ten4', 'app-3', 201);
-			  COMMIT;
-			  SELECT (idempotency_begin('ten4', 'app-3', request_hash('x'::text))).outcome}),
-		"claimed\nt\nreplay", 'app: a call not delegated is forwarded for the application role');
-	is(order_count('ten4', 'app-3'), '1', 'app: ... one order');
-	# Without the privileges on the routing table: IK005 saying why, and
-	# nothing written.
-	query(q{REVOKE UPDATE (tenant) ON idempotency.route FROM PUBLIC});
-	($ret, $out, $err) = $coordinator->psql(
-		$db,
-		q{\set VERBOSITY verbose
-		  BEGIN;
-		  SELECT (idempotency_begin('ten4', 'app-4', request_hash('x'::text))).outcome;
-		  INSERT INTO orders (tenant, idem_key, item) VALUES ('ten4', 'app-4', 'pen');
-		  COMMIT},
+	# which the DBA grants: before, IK005 naming the grants, and nothing
+	# written; after, forwarded.
+	my $undelegated = q{BEGIN;
+		  SELECT (idempotency_begin('ten4', '%1$s', request_hash('x'::text))).outcome;
+		  INSERT INTO orders (tenant, idem_key, item) VALUES ('ten4', '%1$s', 'pen');
+		  SELECT idempotency_complete('ten4', '%1$s', 201);
+		  COMMIT;
+		  SELECT (idempotency_begin('ten4', '%1$s', request_hash('x'::text))).outcome};
+	($ret, $out, $err) = $coordinator->psql($db, "\\set VERBOSITY verbose\n" . sprintf($undelegated, 'app-3'),
 		extra_params => [ '-U', 'app' ]);
-	like($err, qr/IK005.*\n.*idempotency.route, which this role may not read or update/,
-		'app: without UPDATE on the routing table, a write is not forwarded (IK005)');
-	is(order_count('ten4', 'app-4'), '0', 'app: ... and nothing was written');
-	is($as_app->(q{SELECT status FROM idempotency_lookup('ten4', 'app-3') WHERE status IS NOT NULL}),
+	like($err, qr/IK005.*\n.*as the calling role, which may not use it: GRANT SELECT, UPDATE ON idempotency.route TO app/,
+		'app: a call not delegated is not forwarded without the grants on the routing table (IK005)');
+	is(order_count('ten4', 'app-3'), '0', 'app: ... and nothing was written');
+	query(q{GRANT SELECT, UPDATE ON idempotency.route TO app});
+	is($as_app->(sprintf($undelegated, 'app-4')), "claimed\nt\nreplay",
+		'app: with them, a call not delegated is forwarded for the application role');
+	is(order_count('ten4', 'app-4'), '1', 'app: ... one order');
+	($ret, $out, $err) = $coordinator->psql($db, 'SELECT count(*) FROM idempotency.keys',
+		extra_params => [ '-U', 'app' ]);
+	like($err, qr/permission denied for table keys/, 'app: ... and still no access to the keys');
+	# Without UPDATE on it, a write is not forwarded; a read is.
+	query(q{REVOKE UPDATE ON idempotency.route FROM app});
+	($ret, $out, $err) = $coordinator->psql($db, "\\set VERBOSITY verbose\n" . sprintf($undelegated, 'app-5'),
+		extra_params => [ '-U', 'app' ]);
+	like($err, qr/IK005/, 'app: without UPDATE on the routing table, a write is not forwarded (IK005)');
+	is(order_count('ten4', 'app-5'), '0', 'app: ... and nothing was written');
+	is($as_app->(q{SELECT status FROM idempotency_lookup('ten4', 'app-4') WHERE status IS NOT NULL}),
 		'completed', 'app: ... while a read still is');
-	query(q{GRANT UPDATE (tenant) ON idempotency.route TO PUBLIC});
+	query(q{GRANT UPDATE ON idempotency.route TO app});
 }
 
 # ---------------------------------------------------------------------------

@@ -112,7 +112,7 @@ for my $type (qw(bigint integer uuid))
 		($sqlstate, $stderr) =
 		  sql_error($coordinator, $db, q{SELECT idempotency_distribute('orders')});
 		is($sqlstate, '55000', "$type: a worker's table that cannot change stops it (55000)");
-		like($stderr, qr/could not change idempotency.keys on node .*:@{[ $workers[1]->port ]}/,
+		like($stderr, qr/could not change the tables of the extension on node .*:@{[ $workers[1]->port ]}/,
 			"$type: ... naming the node");
 		is($distribution_state->(), "0\ntext", "$type: ... with nothing changed on the coordinator");
 		$workers[1]->safe_psql($db, q{DELETE FROM idempotency.keys});
@@ -268,12 +268,12 @@ for my $type (qw(bigint integer uuid))
 		                             idem_key text NOT NULL, item text NOT NULL,
 		                             PRIMARY KEY (tenant_id, id));
 		  SELECT create_distributed_table('plain_orders', 'tenant_id', colocate_with => 'orders')});
-	# The load runs as an application role with EXECUTE on the functions
-	# and its business tables' privileges only: a call that reaches a node
-	# its shard has just left is forwarded for it too (through the routing
-	# table).  Citus propagates the tables' grants to their shards; the
-	# rest is granted on each node, the text functions being distributed
-	# on none of them here.
+	# The load runs as an application role with EXECUTE on the functions,
+	# its business tables' privileges and those on the routing table
+	# (doc/citus.md): a call that reaches a node its shard has just left is
+	# forwarded for it too.  Citus propagates the tables' grants to their
+	# shards; the rest is granted on each node, the text functions being
+	# distributed on none of them here.
 	for my $node ($coordinator, @workers)
 	{
 		$node->safe_psql($db,
@@ -294,7 +294,9 @@ for my $type (qw(bigint integer uuid))
 			   \$\$;
 			   GRANT USAGE ON SEQUENCE orders_id_seq, plain_orders_id_seq TO app});
 	}
-	$query->(q{GRANT SELECT, INSERT ON orders, plain_orders TO app});
+	$query->(
+		q{GRANT SELECT, INSERT ON orders, plain_orders TO app;
+		  GRANT SELECT, UPDATE ON idempotency.route TO app});
 	my $tenant_expr = '(:t)::bigint * 230584300921369395 - 4611686018427387904';
 	my $request_script = PostgreSQL::Test::Utils::tempdir() . '/request.sql';
 	# (Call shapes Citus delegates: no expression of the result, no WHERE.
@@ -316,7 +318,7 @@ for my $type (qw(bigint integer uuid))
 	# forwarded to the new node.  The retry's check is an expression of the
 	# call, which Citus does not delegate: it runs on the coordinator, and
 	# its begin is forwarded each time (as the application role: without
-	# UPDATE on the routing table, every handler client fails at once).
+	# its grants on the routing table, every handler client fails at once).
 	my $handler_script = PostgreSQL::Test::Utils::tempdir() . '/handler.sql';
 	append_to_file($handler_script,
 		qq{\\set t random(1, 40)\n\\set key random(1, 1000000000000)\n}
