@@ -803,13 +803,6 @@ sub make_expiring_keys
 	is(order_count('ten6', 'after-rebalance'), '1', 'rebalance: ... one order');
 	is( query(sprintf(q{SELECT (%s).outcome}, begin_call('ten6', 'after-rebalance', 'POST /orders'))),
 		'replay', 'rebalance: ... which replays when forwarded');
-	# A new shard count for the tenant's tables is refused (the keys and the
-	# routing table belong to the extension): doc/citus.md, Limits.
-	my ($sqlstate, $stderr) = sql_error($coordinator, $db,
-		q{SELECT alter_distributed_table('orders', shard_count => 8, cascade_to_colocated => true)});
-	like($stderr, qr/cannot alter table because an extension depends on it/,
-		'alter_distributed_table of the co-location group is refused');
-	is(outcome_of('ten6', 'after-rebalance'), 'replay', '... and changed nothing');
 }
 
 done_testing();
