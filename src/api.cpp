@@ -354,15 +354,22 @@ BeginAnswer begin(Storage &storage, const BeginArgs &args)
     return result;
 }
 
+enum class ShardRead
+{
+    answered,   // a replay or a mismatch
+    elsewhere,  // the scope's shard is placed on another node
+    needs_write // anything else
+};
+
 // With the keys in Citus shards: a replay or mismatch answered from a read
 // of the shard, which takes no shard metadata lock (citus.hpp) and so never
 // waits behind a shard move.  Anything else needs the shard opened for
 // writing, under that lock, and the key read again there.
-bool answer_from_shard_read(const BeginArgs &args, BeginAnswer *result)
+ShardRead answer_from_shard_read(const BeginArgs &args, BeginAnswer *result)
 {
     Storage storage;
     if (!store::open_here(AccessShareLock, args.key.scope, &storage))
-        return false; // placed on another node: the begin is forwarded there
+        return ShardRead::elsewhere;
     BeginArgs read_args = args;
     read_args.key = store::stored_key(storage, args.key);
     TimestampTz now;
@@ -370,10 +377,10 @@ bool answer_from_shard_read(const BeginArgs &args, BeginAnswer *result)
     KeyState state = observe(storage, read_args, record, now, nullptr);
     store::close(storage);
     if (state != KeyState::replay && state != KeyState::mismatch)
-        return false;
+        return ShardRead::needs_write;
     *result = answer_without_claim(state, record, now);
     count_answer(result->outcome);
-    return true;
+    return ShardRead::answered;
 }
 
 // The OIDs of the outcome enum's labels, kept for the backend: looked up per
@@ -572,21 +579,27 @@ enum class Completed
     replace
 };
 
+// Whether a forwarded begin's answer (a row of the call's result type) is a claim.
+bool answer_is_claim(FunctionCallInfo fcinfo, Datum answer)
+{
+    TupleDesc desc = begin_result_desc(fcinfo);
+    bool isnull;
+    Datum outcome = GetAttributeByNum(DatumGetHeapTupleHeader(answer), 1, &isnull);
+    bool claim =
+        !isnull && DatumGetObjectId(outcome) ==
+                       outcome_oids(TupleDescAttr(desc, 0)->atttypid).labels[int(Outcome::claimed)];
+    ReleaseTupleDesc(desc);
+    return claim;
+}
+
 // A begin whose shard Citus places on another node, run there
 // (citus::forward_call).  Its claim is noted here, where the calling
 // transaction commits, as a claim made here would be.
 Datum forwarded_begin(FunctionCallInfo fcinfo, const BeginArgs &args)
 {
     Datum answer = idempotency::citus::forward_call(fcinfo, args.key.scope);
-    if (fcinfo->isnull)
-        return answer;
-    TupleDesc desc = begin_result_desc(fcinfo);
-    bool isnull;
-    Datum outcome = GetAttributeByNum(DatumGetHeapTupleHeader(answer), 1, &isnull);
-    if (!isnull && DatumGetObjectId(outcome) ==
-                       outcome_oids(TupleDescAttr(desc, 0)->atttypid).labels[int(Outcome::claimed)])
+    if (!fcinfo->isnull && answer_is_claim(fcinfo, answer))
         idempotency::unsettled::note_claim(args.key, args.lease_given);
-    ReleaseTupleDesc(desc);
     return answer;
 }
 
@@ -735,9 +748,26 @@ IDEMPOTENCY_FUNCTION(idempotency_begin)
     args.take_over_mismatch = has_arg(fcinfo, 7) && PG_GETARG_BOOL(7);
     require_writable("idempotency_begin");
 
-    BeginAnswer read_answer;
-    if (store::keys_in_shards() && answer_from_shard_read(args, &read_answer))
-        return begin_result(fcinfo, read_answer);
+    if (store::keys_in_shards())
+    {
+        BeginAnswer read_answer;
+        Datum replayed;
+        switch (answer_from_shard_read(args, &read_answer))
+        {
+            case ShardRead::answered:
+                return begin_result(fcinfo, read_answer);
+            case ShardRead::elsewhere:
+                // During a move of that shard, a completed key is answered
+                // there without waiting for the move.
+                if (!args.take_over_mismatch &&
+                    idempotency::citus::forward_replay(fcinfo, args.key.scope, args.key.key,
+                                                       &replayed, answer_is_claim))
+                    return replayed;
+                break;
+            case ShardRead::needs_write:
+                break;
+        }
+    }
     Storage storage;
     if (!store::open_here(RowExclusiveLock, args.key.scope, &storage))
         return forwarded_begin(fcinfo, args);

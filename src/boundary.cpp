@@ -34,7 +34,10 @@ void throw_injected_fault()
 //  * pause_in_fallback (18758): a fresh claim made as if the table had no
 //    free slot, after its row is written and before its check (rule F);
 //  * pause_in_read (18759): a read of the newest version of a key, between
-//    its index entry and the version it points to (store.cpp, read_latest).
+//    its index entry and the version it points to (store.cpp, read_latest);
+//  * pause_before_forwarded_replay (18760): a begin forwarded during a shard
+//    move, between its check that the key is completed and the call on the
+//    shard's node (citus.cpp, forward_replay).
 void pause_for_test(InjectedFault at, uint64 key)
 {
     if (likely(injected_fault != at))

@@ -45,7 +45,8 @@ enum InjectedFault
     fault_pause_at_subtransaction_abort,
     fault_pause_before_publish,
     fault_pause_in_fallback,
-    fault_pause_in_read
+    fault_pause_in_read,
+    fault_pause_before_forwarded_replay
 };
 extern int injected_fault;
 [[noreturn]] void throw_injected_fault();

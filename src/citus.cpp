@@ -1011,6 +1011,48 @@ Datum forward_call(FunctionCallInfo fcinfo, Datum scope)
     return values[0];
 }
 
+static bool completed_record(Oid keys, Oid shard_key_type, Datum scope, Datum key);
+
+bool forward_replay(FunctionCallInfo fcinfo, Datum scope, Datum key, Datum *answer,
+                    bool (*claimed)(FunctionCallInfo fcinfo, Datum answer))
+{
+    Oid keys = store::keys_table();
+    Placement placement = place(keys, scope);
+    // (A lock taken here is kept: the begin goes on with it, as a write.)
+    if (!placement.distributed || placement.local || lock_metadata(keys, placement, false))
+        return false;
+    const Layout &current = layout_of(keys);
+    if (!completed_record(keys, current.by_shard_key ? current.key_type : InvalidOid, scope, key))
+        return false;
+    pause_for_test(fault_pause_before_forwarded_replay, 18760);
+    RoutedCall routed = routed_call(fcinfo, keys, scope, placement, false);
+    // In a coordinated transaction Citus runs even a read in a transaction
+    // block on the shard's node, which this transaction's abort rolls back.
+    citus_execution().use_coordinated_transaction();
+    Datum *values;
+    bool *nulls;
+    if (run_routed(routed, route_call, &values, &nulls) != 1)
+        elog(ERROR, "a forwarded call did not give one row");
+    fcinfo->isnull = nulls[0];
+    *answer = values[0];
+    // The key expired or was forgotten since it was seen completed, and the
+    // begin claimed it there, in a transaction block that Citus would commit
+    // without two-phase commit (Citus saw no write on it): the error rolls
+    // it back.
+    if (!fcinfo->isnull && claimed(fcinfo, *answer))
+        ereport(
+            ERROR,
+            (errcode(errcode_not_routed),
+             errmsg("the idempotency key changed while its shard was being moved"),
+             errdetail("The key was completed when the call was forwarded to shard " INT64_FORMAT
+                       " without waiting for the move, and was claimed there; the claim is "
+                       "rolled back.",
+                       placement.shard),
+             errhint("Retry the call: it waits for the move and claims the key."),
+             errhidestmt(true)));
+    return true;
+}
+
 uint64 forward_read(FunctionCallInfo fcinfo, Datum scope, Datum **rows)
 {
     // A read takes no lock here, as on the shard's node (read_placement).

@@ -86,12 +86,25 @@ Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode, bool elsewhere_
 // cannot move on before this transaction ends; Citus routes the call to the
 // node, where it runs as any call there does, and the transaction commits
 // with two-phase commit, the claim with the business writes.  It runs as
-// the caller, routed through idempotency.route (which holds no row; every
-// role may read and update it); IK005 where Citus refuses a remote query (a
-// query on a shard, or a force-delegated call in a transaction block) or
-// the routing table is not distributed with the keys.  See doc/citus.md,
-// "Forwarded calls".
+// the caller, routed through idempotency.route (which holds no row; the
+// DBA grants it SELECT and UPDATE on it); IK005 where Citus refuses a remote
+// query (a query on a shard, or a force-delegated call in a transaction
+// block), the routing table is not distributed with the keys, or the caller
+// may not use it.  See doc/citus.md, "Forwarded calls".
 Datum forward_call(FunctionCallInfo fcinfo, Datum scope);
+
+// A begin of `key` whose scope's shard is placed on another node, while a
+// shard move holds or awaits that shard's metadata lock, so that
+// forward_call would wait for the move: if the key is completed (read
+// through Citus, without the lock), the begin runs on the shard's node
+// without the lock here -- where it only reads: a replay or a mismatch,
+// which must not wait for a move any more than a read does.  Returns false
+// having done nothing otherwise (the lock, if it was free, is then held).
+// `claimed` tells whether an answer is a claim: should the key have expired
+// or been forgotten in between, the begin there claims it, which IK005 rolls
+// back.  Not for a begin that takes a mismatch over (a write).
+bool forward_replay(FunctionCallInfo fcinfo, Datum scope, Datum key, Datum *answer,
+                    bool (*claimed)(FunctionCallInfo fcinfo, Datum answer));
 
 // forward_call for a read (lookup, keys), whose scope's shard is placed on
 // another node: runs it there without a lock here (a read never waits for a

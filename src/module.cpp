@@ -45,6 +45,7 @@ static const struct config_enum_entry fault_options[] = {
     {"pause_before_publish", fault_pause_before_publish, false},
     {"pause_in_fallback", fault_pause_in_fallback, false},
     {"pause_in_read", fault_pause_in_read, false},
+    {"pause_before_forwarded_replay", fault_pause_before_forwarded_replay, false},
     {nullptr, 0, false}};
 
 static const struct config_enum_entry tenant_isolation_options[] = {
@@ -132,7 +133,10 @@ static void define()
         "holds an advisory lock: pause_at_subtransaction_abort the rollback of a "
         "subtransaction (pg_advisory_lock(18756)), pause_before_publish a fresh claim "
         "between its read and its publication (18757), pause_in_fallback a fresh claim "
-        "made as if the claims table were full, after its row is written (18758).",
+        "made as if the claims table were full, after its row is written (18758), "
+        "pause_in_read a read between a key's index entry and its version (18759), "
+        "pause_before_forwarded_replay a begin forwarded without the shard lock, between its "
+        "check that the key is completed and the call on the shard's node (18760).",
         &injected_fault, 0, fault_options, PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr,
         nullptr, nullptr);
 #if PG_VERSION_NUM >= 150000

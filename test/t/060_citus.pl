@@ -577,6 +577,8 @@ for my $point (qw(pre_commit post_commit))
 {
 	is(run_request($coordinator, $db, 'ten5', 'done', 'POST /orders', 201, write => order_sql('ten5', 'done')),
 		"claimed 1\nt", 'lock: a request completes before the move');
+	is(run_request($coordinator, $db, 'ten5', 'vanishing', 'POST /orders', 201),
+		"claimed 1\nt", 'lock: another request completes before the move');
 	# A caller that may not read the keys (the coordinator reads a key
 	# through Citus as their owner, to tell a replay, which must not wait).
 	query(q{CREATE ROLE replayer LOGIN;
@@ -624,6 +626,53 @@ for my $point (qw(pre_commit post_commit))
 			$db, "SET lock_timeout = '60s'; SELECT outcome FROM " . begin_call('ten5', 'done', 'POST /orders'),
 			extra_params => [ '-U', 'replayer' ]),
 		'replay', 'lock: ... also for a role that may not read the keys');
+	# Nor does a replay forwarded to the shard's node (a shape Citus does not
+	# delegate, through the coordinator or from the worker without the
+	# shard): while the lock is not free, a completed key is forwarded
+	# without it.
+	for my $node ($coordinator, $target)
+	{
+		my $where = $node == $coordinator ? 'the coordinator' : 'the other worker';
+		my $forwarded = sub {
+			return $node->safe_psql($db,
+				sprintf(q{SET lock_timeout = '60s'; SELECT (%s).outcome}, begin_call('ten5', 'done', shift)));
+		};
+		is($forwarded->('POST /orders'), 'replay', "lock: a forwarded replay answers while the move waits, from $where");
+		is($forwarded->('PUT /orders'), 'mismatch', "lock: so does a forwarded mismatch, from $where");
+	}
+	# Should the key vanish between the check that it is completed and the
+	# call on the shard's node, the begin there claims it, outside two-phase
+	# commit: IK005, and the claim rolls back.  The forwarded call is held
+	# between the two (idempotency.inject_fault) while the key's row is
+	# deleted from its shard.
+	my $pause = $coordinator->background_psql($db);
+	$pause->query_safe('SELECT pg_advisory_lock(18760)');
+	my %paused;
+	my $paused = IPC::Run::start(
+		[
+			'psql', '-XAtq', '-v', 'VERBOSITY=verbose', '-d', $coordinator->connstr($db), '-c',
+			sprintf(q{SET idempotency.inject_fault = 'pause_before_forwarded_replay';
+			          SET lock_timeout = '60s'; SELECT (%s).outcome},
+				begin_call('ten5', 'vanishing', 'POST /orders'))
+		],
+		'>', \$paused{out}, '2>', \$paused{err});
+	ok( $coordinator->poll_query_until(
+			$db, q{SELECT count(*) > 0 FROM pg_locks
+			        WHERE locktype = 'advisory' AND objid = 18760 AND NOT granted}),
+		'lock: a forwarded replay is held after its check that the key is completed');
+	my $key_shard = query(q{SELECT shard_name('idempotency.keys',
+	                                          get_shard_id_for_distribution_column('idempotency.keys', 'ten5'))});
+	is( $source->safe_psql(
+			$db, qq{SET citus.enable_manual_changes_to_shards = on;
+			        DELETE FROM $key_shard WHERE scope = 'ten5' AND key = 'vanishing' RETURNING status}),
+		'c', 'lock: ... and its key is deleted from the shard meanwhile');
+	$pause->query_safe('SELECT pg_advisory_unlock(18760)');
+	$pause->quit;
+	ok(!$paused->finish, 'lock: ... then the forwarded begin fails');
+	like($paused{err}, qr/IK005: the idempotency key changed while its shard was being moved/,
+		'lock: ... with IK005') or diag($paused{out});
+	is(query(q{SELECT count(*) FROM idempotency.keys WHERE scope = 'ten5' AND key = 'vanishing'}),
+		'0', 'lock: ... and the claim it made on the shard\'s node is rolled back');
 	# A new request waits for the move, as a plain distributed write does,
 	# and then claims on the new node -- not IK005.
 	my %waiting;
