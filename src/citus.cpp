@@ -240,7 +240,7 @@ static void read_partition(Layout &next, Oid pg_dist_partition)
 // test/t/060_citus.pl.  A later version could change one of them without
 // anything here noticing, so distributed keys are refused on any other
 // version rather than kept unprotected.
-static const char *const tested_citus_versions[] = {"13.0", "13.2"};
+static const char *const tested_citus_versions[] = {"13.0", "13.1", "13.2"};
 
 static void require_tested_citus()
 {
