@@ -533,8 +533,15 @@ static void *required_export(const char *name, const char *use)
     if (routine == nullptr)
         ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
                         errmsg("the loaded Citus library does not export %s", name),
-                        errdetail("With Citus, the extension uses it %s.", use),
-                        errhint("Use a tested Citus version (see doc/citus.md).")));
+                        errdetail("With Citus, the extension uses it %s.%s", use,
+                                  PG_VERSION_NUM >= 160000
+                                      ? " From PostgreSQL 16 on, extension libraries are built "
+                                        "with hidden symbols: Citus's exports only its SQL "
+                                        "functions."
+                                      : ""),
+                        errhint(PG_VERSION_NUM >= 160000
+                                    ? "With Citus, use PostgreSQL 15 (see doc/citus.md)."
+                                    : "Use a tested Citus version (see doc/citus.md).")));
     return routine;
 }
 

@@ -57,6 +57,24 @@ my ($version) = slurp_file('idempotency.control') =~ /^default_version\s*=\s*'([
 is($workers[0]->safe_psql($db, q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
 	$version, 'the extension is on the workers');
 
+# From PostgreSQL 16, Citus's library exports only its SQL functions, not the
+# routines a claim needs (two-phase commit of a claim and Citus's writes, the
+# shard metadata lock): a write is refused before it writes, with the reason;
+# a lookup still answers.
+if (my $unsupported = citus_unsupported())
+{
+	my ($sqlstate, $err) =
+	  sql_error($coordinator, $db, 'SELECT outcome FROM ' . begin_call('ten1', 'pg16', 'POST /orders'));
+	is($sqlstate, '0A000', 'PostgreSQL 16 and later: a begin with Citus loaded is refused (0A000)');
+	like($err, qr/does not export Use2PCForCoordinatedTransaction/, '... naming the routine');
+	like($err, qr/HINT:.*PostgreSQL 15/, '... and saying which PostgreSQL works with Citus');
+	is(query(q{SELECT count(*) FROM idempotency.keys}), '0', '... having written nothing');
+	is(query(q{SELECT count(*) FROM idempotency_lookup('ten1', 'pg16')}), '0', 'a lookup answers');
+	note($unsupported);
+	done_testing();
+	exit 0;
+}
+
 sub order_count
 {
 	my ($tenant, $key) = @_;

@@ -28,6 +28,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 plan skip_all => citus_missing() if citus_missing();
+plan skip_all => citus_unsupported() if citus_unsupported();
 
 my ($coordinator, @workers) = start_citus_cluster();
 

@@ -23,7 +23,7 @@ our @EXPORT = qw(
   lookup_key fields stored_response replayed_response body_is_toasted
   lease_running sql_error wait_for_crash_restart wait_for_lease_end
   wait_for_promotion keys_text wait_for_sweeps reload_with indexes_checked
-  start_pgbouncer citus_missing start_citus_cluster citus_database
+  start_pgbouncer citus_missing citus_unsupported start_citus_cluster citus_database
 );
 
 # A byte-string JSON decoder: each byte of psql's output stays one character,
@@ -53,6 +53,18 @@ sub citus_missing
 	return -e "$pkglibdir/citus.so"
 	  ? undef
 	  : "Citus is not installed (no citus library in $pkglibdir)";
+}
+
+# Why the extension cannot work with Citus on the PostgreSQL under test, if
+# it cannot: from PostgreSQL 16, PGXS builds a library with hidden symbols,
+# and Citus's exports only its SQL functions, not the routines the extension
+# calls (doc/citus.md, Limits).  t/060 checks the refusal there.
+sub citus_unsupported
+{
+	my ($major) = `pg_config --version` =~ /^PostgreSQL (\d+)/;
+	return $major >= 16
+	  ? "Citus on PostgreSQL $major exports only its SQL functions; the extension refuses it (t/060 checks)"
+	  : undef;
 }
 
 # Creates and starts a Citus coordinator and two workers on this machine,
