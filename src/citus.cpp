@@ -525,10 +525,15 @@ static void *exported(const char *name)
     return load_external_function("$libdir/citus", name, false, nullptr);
 }
 
-// exported(name), which the extension cannot do without (`use`: what for):
-// 0A000 when this Citus does not export it, rather than go on without it.
-static void *required_export(const char *name, const char *use)
+// exported(name), which the extension cannot do without (`use`: what for),
+// kept in `kept` after the first call -- safe for the backend's life: a
+// loaded library is never unloaded.  0A000 when this Citus does not export
+// it, rather than go on without it.
+template <typename Routine>
+static Routine required_routine(Routine &kept, const char *name, const char *use)
 {
+    if (kept != nullptr)
+        return kept;
     void *routine = exported(name);
     if (routine == nullptr)
         ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -542,7 +547,8 @@ static void *required_export(const char *name, const char *use)
                         errhint(PG_VERSION_NUM >= 160000
                                     ? "With Citus, use PostgreSQL 15 (see doc/citus.md)."
                                     : "Use a tested Citus version (see doc/citus.md).")));
-    return routine;
+    kept = reinterpret_cast<Routine>(routine);
+    return kept;
 }
 
 // The tag of the shard's metadata lock in the tested Citus releases (an
@@ -567,13 +573,10 @@ static void metadata_locktag(LOCKTAG *tag, const Placement &placement)
 // routine would fail on it).
 static bool lock_metadata(Oid keys, const Placement &placement, bool wait)
 {
-    using LockShardMetadata = void (*)(int64 shard, LOCKMODE mode);
-    static LockShardMetadata lock_shard_metadata = nullptr;
-    if (lock_shard_metadata == nullptr)
-        lock_shard_metadata = reinterpret_cast<LockShardMetadata>(
-            required_export("LockShardDistributionMetadata",
-                            "to lock a shard's metadata as Citus's own writes do, which keeps a "
-                            "shard move from switching the shard over under a claim"));
+    static void (*lock_shard_metadata)(int64 shard, LOCKMODE mode) = nullptr;
+    required_routine(lock_shard_metadata, "LockShardDistributionMetadata",
+                     "to lock a shard's metadata as Citus's own writes do, which keeps a shard "
+                     "move from switching the shard over under a claim");
     LOCKTAG tag;
     metadata_locktag(&tag, placement);
     if (LockAcquire(&tag, ShareLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
@@ -596,11 +599,9 @@ static bool lock_metadata(Oid keys, const Placement &placement, bool wait)
 // too long).
 static Oid lock_shard_relation(Oid keys, int64 shard, LOCKMODE lockmode, bool skip_if_busy)
 {
-    using AppendShardId = void (*)(char **name, uint64 shard);
-    static AppendShardId append_shard_id = nullptr;
-    if (append_shard_id == nullptr)
-        append_shard_id = reinterpret_cast<AppendShardId>(
-            required_export("AppendShardIdToName", "to name the shards of idempotency.keys"));
+    static void (*append_shard_id)(char **name, uint64 shard) = nullptr;
+    required_routine(append_shard_id, "AppendShardIdToName",
+                     "to name the shards of idempotency.keys");
     char *table = get_rel_name(keys);
     Oid schema = get_rel_namespace(keys);
     if (table == nullptr)
@@ -660,14 +661,9 @@ static void force_two_phase()
 {
     if (!loaded())
         return; // Citus is not loaded: no coordinated transactions
-    using Use2PC = void (*)();
-    static Use2PC use_2pc = nullptr;
-    if (use_2pc == nullptr)
-        use_2pc = reinterpret_cast<Use2PC>(
-            required_export("Use2PCForCoordinatedTransaction",
-                            "to commit a claim and the distributed writes of its transaction "
-                            "together"));
-    use_2pc();
+    static void (*use_2pc)() = nullptr;
+    required_routine(use_2pc, "Use2PCForCoordinatedTransaction",
+                     "to commit a claim and the distributed writes of its transaction together")();
 }
 
 // `why`: why the call cannot be forwarded to the shard's node, if it could
