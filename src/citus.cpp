@@ -85,6 +85,15 @@ struct Layout
     Oid catalogs[4]; // the pg_dist_* catalogs read, whose invalidation counts
 };
 
+// Where shard `id` is in `layout.shards`; -1 when it is not there.
+static int shard_position(const Layout &layout, int64 id)
+{
+    for (int i = 0; i < layout.shard_count; i++)
+        if (layout.shards[i].id == id)
+            return i;
+    return -1;
+}
+
 static Layout layout = {};
 static uint64 invalidations = 1;
 static MemoryContext layout_context = nullptr;
@@ -311,9 +320,9 @@ static void read_shards(Layout &next, Oid pg_dist_shard, Oid pg_dist_placement)
                  Int32GetDatum(next.group), [&](Relation rel, HeapTuple tuple) {
                      bool isnull;
                      int64 shard = DatumGetInt64(column(rel, tuple, "shardid", INT8OID, &isnull));
-                     for (int i = 0; i < next.shard_count; i++)
-                         if (next.shards[i].id == shard)
-                             next.shards[i].local = true;
+                     int position = shard_position(next, shard);
+                     if (position >= 0)
+                         next.shards[position].local = true;
                  });
 }
 
@@ -510,9 +519,9 @@ static Placement place(Oid keys, Datum scope)
                 last_placed.shard = shard;
             }
         }
-        for (int i = 0; i < current.shard_count; i++)
-            if (current.shards[i].id == shard)
-                return placement_at(current, i);
+        int position = shard_position(current, shard);
+        if (position >= 0)
+            return placement_at(current, position);
         unsupported_layout("Citus places the scope in a shard that its catalogs do not list.");
     }
 }
@@ -582,13 +591,8 @@ static bool lock_metadata(Oid keys, const Placement &placement, bool wait)
     if (LockAcquire(&tag, ShareLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
         return false;
     AcceptInvalidationMessages();
-    const Layout &now = layout_of(keys);
-    for (int i = 0; i < now.shard_count; i++)
-        if (now.shards[i].id == placement.shard)
-        {
-            lock_shard_metadata(placement.shard, ShareLock);
-            break;
-        }
+    if (shard_position(layout_of(keys), placement.shard) >= 0)
+        lock_shard_metadata(placement.shard, ShareLock);
     return true;
 }
 
@@ -996,6 +1000,18 @@ static uint64 run_routed(const RoutedCall &routed, const char *format, Datum **v
     return rows;
 }
 
+// Runs the call on the shard's node (route_call) and returns its one row,
+// fcinfo->isnull set.
+static Datum call_on_shard_node(FunctionCallInfo fcinfo, const RoutedCall &routed)
+{
+    Datum *values;
+    bool *nulls;
+    if (run_routed(routed, route_call, &values, &nulls) != 1)
+        elog(ERROR, "a forwarded call did not give one row");
+    fcinfo->isnull = nulls[0];
+    return values[0];
+}
+
 Datum forward_call(FunctionCallInfo fcinfo, Datum scope)
 {
     Oid keys = store::keys_table();
@@ -1006,15 +1022,60 @@ Datum forward_call(FunctionCallInfo fcinfo, Datum scope)
     citus_execution().use_coordinated_transaction();
     force_two_phase();
     run_routed(routed, route_write);
-    Datum *values;
-    bool *nulls;
-    if (run_routed(routed, route_call, &values, &nulls) != 1)
-        elog(ERROR, "a forwarded call did not give one row");
-    fcinfo->isnull = nulls[0];
-    return values[0];
+    return call_on_shard_node(fcinfo, routed);
 }
 
-static bool completed_record(Oid keys, Oid shard_key_type, Datum scope, Datum key);
+// Whether the keys hold a completed, unexpired record of (scope, key), which
+// a begin only reads (replay or mismatch).  Asked through Citus -- a router
+// query to the scope's placement, which takes no shard metadata lock -- as
+// the table's owner, since the caller need not be allowed to read it.  The
+// user is restored by the abort of an error, as for any security-restricted
+// operation.
+static bool completed_record(Oid keys, Datum scope, Datum key)
+{
+    const Layout &current = layout_of(keys);
+    StringInfoData query;
+    initStringInfo(&query);
+    appendStringInfoString(
+        &query, "SELECT FROM idempotency.keys AS k"
+                " WHERE k.tenant OPERATOR(pg_catalog.=) '0'::pg_catalog.oid"
+                " AND k.scope OPERATOR(pg_catalog.=) $1 AND k.key OPERATOR(pg_catalog.=) $2"
+                " AND k.status OPERATOR(pg_catalog.=) 'c'"
+                " AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp()");
+    if (current.by_shard_key) // the distribution column, for Citus to route by
+        appendStringInfo(&query, " AND k.shard_key OPERATOR(pg_catalog.=) $1::%s",
+                         format_type_be_qualified(current.key_type));
+    HeapTuple relation = SearchSysCache1(RELOID, ObjectIdGetDatum(keys));
+    if (!HeapTupleIsValid(relation))
+        elog(ERROR, "cache lookup failed for relation %u", keys);
+    Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(relation))->relowner;
+    ReleaseSysCache(relation);
+    Oid user;
+    int security;
+    GetUserIdAndSecContext(&user, &security);
+    SetUserIdAndSecContext(owner,
+                           security | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+    Oid types[] = {TEXTOID, TEXTOID};
+    Datum values[] = {scope, key};
+    SPI_connect();
+    bool found =
+        SPI_execute_with_args(query.data, 2, types, values, nullptr, true, 1) == SPI_OK_SELECT &&
+        SPI_processed > 0;
+    SPI_finish();
+    SetUserIdAndSecContext(user, security);
+    pfree(query.data);
+    return found;
+}
+
+// Whether a begin of (scope, key), whose shard is `placement`, may run on
+// the shard's node without that shard's metadata lock: only when a move
+// holds or awaits the lock and the key is completed (a replay or a mismatch
+// only reads, and must not wait for a move).  Otherwise false, with the lock
+// held if it was free at once.
+static bool replays_without_lock(Oid keys, const Placement &placement, Datum scope, Datum key)
+{
+    return !lock_metadata(keys, placement, false) && completed_record(keys, scope, key);
+}
 
 bool forward_replay(FunctionCallInfo fcinfo, Datum scope, Datum key, Datum *answer,
                     bool (*claimed)(FunctionCallInfo fcinfo, Datum answer))
@@ -1022,22 +1083,15 @@ bool forward_replay(FunctionCallInfo fcinfo, Datum scope, Datum key, Datum *answ
     Oid keys = store::keys_table();
     Placement placement = place(keys, scope);
     // (A lock taken here is kept: the begin goes on with it, as a write.)
-    if (!placement.distributed || placement.local || lock_metadata(keys, placement, false))
-        return false;
-    const Layout &current = layout_of(keys);
-    if (!completed_record(keys, current.by_shard_key ? current.key_type : InvalidOid, scope, key))
+    if (!placement.distributed || placement.local ||
+        !replays_without_lock(keys, placement, scope, key))
         return false;
     pause_for_test(fault_pause_before_forwarded_replay, 18760);
     RoutedCall routed = routed_call(fcinfo, keys, scope, placement, false);
     // In a coordinated transaction Citus runs even a read in a transaction
     // block on the shard's node, which this transaction's abort rolls back.
     citus_execution().use_coordinated_transaction();
-    Datum *values;
-    bool *nulls;
-    if (run_routed(routed, route_call, &values, &nulls) != 1)
-        elog(ERROR, "a forwarded call did not give one row");
-    fcinfo->isnull = nulls[0];
-    *answer = values[0];
+    *answer = call_on_shard_node(fcinfo, routed);
     // The key expired or was forgotten since it was seen completed, and the
     // begin claimed it there, in a transaction block that Citus would commit
     // without two-phase commit (Citus saw no write on it): the error rolls
@@ -1102,11 +1156,9 @@ List *local_shards(Oid keys, LOCKMODE lockmode, bool skip_if_busy)
         AcceptInvalidationMessages();
         // Still this node's, with the same index, after the lock?
         const Layout &now = layout_of(keys);
-        bool still_here = false;
-        for (int j = 0; j < now.shard_count; j++)
-            if (now.shards[j].id == candidates[i].shard)
-                still_here = now.shards[j].local && placement_at(now, j).same_shard(candidates[i]);
-        if (!still_here)
+        int position = shard_position(now, candidates[i].shard);
+        if (position < 0 || !now.shards[position].local ||
+            !placement_at(now, position).same_shard(candidates[i]))
             continue;
         Oid relid = lock_shard_relation(keys, candidates[i].shard, lockmode, skip_if_busy);
         if (OidIsValid(relid))
@@ -1192,47 +1244,6 @@ static Access delegated_access(Oid function)
     return access;
 }
 
-// Whether the keys hold a completed, unexpired record of (scope, key), which
-// a begin only reads (replay or mismatch).  Asked through Citus -- a router
-// query to the scope's placement, which takes no shard metadata lock -- as
-// the table's owner, since the caller need not be allowed to read it.  The
-// user is restored by the abort of an error, as for any security-restricted
-// operation.
-static bool completed_record(Oid keys, Oid shard_key_type, Datum scope, Datum key)
-{
-    StringInfoData query;
-    initStringInfo(&query);
-    appendStringInfoString(
-        &query, "SELECT FROM idempotency.keys AS k"
-                " WHERE k.tenant OPERATOR(pg_catalog.=) '0'::pg_catalog.oid"
-                " AND k.scope OPERATOR(pg_catalog.=) $1 AND k.key OPERATOR(pg_catalog.=) $2"
-                " AND k.status OPERATOR(pg_catalog.=) 'c'"
-                " AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.statement_timestamp()");
-    if (OidIsValid(shard_key_type)) // the distribution column, for Citus to route by
-        appendStringInfo(&query, " AND k.shard_key OPERATOR(pg_catalog.=) $1::%s",
-                         format_type_be_qualified(shard_key_type));
-    HeapTuple relation = SearchSysCache1(RELOID, ObjectIdGetDatum(keys));
-    if (!HeapTupleIsValid(relation))
-        elog(ERROR, "cache lookup failed for relation %u", keys);
-    Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(relation))->relowner;
-    ReleaseSysCache(relation);
-    Oid user;
-    int security;
-    GetUserIdAndSecContext(&user, &security);
-    SetUserIdAndSecContext(owner,
-                           security | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
-    Oid types[] = {TEXTOID, TEXTOID};
-    Datum values[] = {scope, key};
-    SPI_connect();
-    bool found =
-        SPI_execute_with_args(query.data, 2, types, values, nullptr, true, 1) == SPI_OK_SELECT &&
-        SPI_processed > 0;
-    SPI_finish();
-    SetUserIdAndSecContext(user, security);
-    pfree(query.data);
-    return found;
-}
-
 // What the hook does with a delegated call's constant scope, through the
 // error boundary: the statement may hold request data.  Arguments: the
 // scope, its type (text, bigint or uuid), the key (NULL unless a begin's
@@ -1271,14 +1282,12 @@ static Datum prepare_delegation(FunctionCallInfo fcinfo)
     // (A read needs the scope read only when Citus converts it.)
     if (access == Access::reads && (!current.by_shard_key || current.key_type == type))
         return (Datum)0;
-    Oid shard_key_type = current.by_shard_key ? current.key_type : InvalidOid;
     Datum scope = arguments::scope_text(fcinfo->args[0].value, type);
     Placement placement = place(keys, scope);
     if (access == Access::reads || placement.local)
         return (Datum)0; // a read, or runs here and locks for itself
-    if (!lock_metadata(keys, placement, false) && access == Access::begins &&
-        !fcinfo->args[2].isnull &&
-        completed_record(keys, shard_key_type, scope, fcinfo->args[2].value))
+    if (access == Access::begins && !fcinfo->args[2].isnull &&
+        replays_without_lock(keys, placement, scope, fcinfo->args[2].value))
         return (Datum)0;
     lock_placement(keys, scope);
     return (Datum)0;
