@@ -483,3 +483,20 @@ BEGIN
     END IF;
 END
 $$;
+
+-- ---------------------------------------------------------------------------
+-- Expiry without an index
+-- ---------------------------------------------------------------------------
+
+-- The expiry sweep reads the heap since 0.3.0 (see the install script): the
+-- index on sweep_at goes, and with it a B-tree entry and its WAL record per
+-- new request; sweep_at stays, NULL, in its place.  After the check above,
+-- which reads when sweep_at was added.  With keys that Citus distributes,
+-- the coordinator's DROP INDEX and ALTER TABLE reach the workers before their
+-- own run of this script, which finds the index gone and the column changed.
+DROP INDEX IF EXISTS idempotency.keys_sweep_at_idx;
+ALTER TABLE idempotency.keys
+    ALTER COLUMN sweep_at DROP NOT NULL,
+    ALTER COLUMN sweep_at DROP DEFAULT;
+COMMENT ON COLUMN idempotency.keys.sweep_at IS
+    'unused since 0.3.0 (NULL); 0.2.0 indexed it for the expiry sweep';

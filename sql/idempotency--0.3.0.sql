@@ -230,23 +230,22 @@ CREATE TABLE idempotency.keys (
     response_body_bytes bytea,
     response_body_omitted boolean,
     claim_data       jsonb,
-    sweep_at         timestamptz NOT NULL DEFAULT '-infinity',
+    sweep_at         timestamptz,
     shard_key        text,
     CONSTRAINT keys_pkey PRIMARY KEY (tenant, scope, key)
 );
--- expires_at keeps its microseconds and is not indexed, so that a completion
--- can move it and stay HOT; the sweep finds records through sweep_at, a
--- whole second 1 to 2 seconds after expires_at, which a write keeps while it
--- is still in that window: a completion within a second of its claim leaves
--- it unchanged.
-CREATE INDEX keys_sweep_at_idx ON idempotency.keys (sweep_at);
+-- Nothing indexes the expiry: every index entry costs each new request its
+-- bytes and a WAL record.  The expiry sweep reads the heap in block order
+-- instead (see store.cpp), which costs the worker a few milliseconds per
+-- sweep however large the table.  sweep_at, which 0.2.0 indexed for it,
+-- stays NULL; it keeps its place so that the columns of an installed and an
+-- updated table, and of Citus shards made before and after, line up.
 COMMENT ON TABLE idempotency.keys IS
     'one row per (tenant, scope, key): the claim, its lease and the stored response (status p = in progress, c = completed)';
 COMMENT ON COLUMN idempotency.keys.tenant IS
     'the role that owns the key with idempotency.tenant_isolation = role, else 0 (-); dumped as the role''s name';
 COMMENT ON COLUMN idempotency.keys.sweep_at IS
-    'a whole second 1 to 2 seconds after expires_at: when the expiry sweep looks at the record';
-COMMENT ON INDEX idempotency.keys_sweep_at_idx IS 'drives expiry sweeps';
+    'unused since 0.3.0 (NULL); 0.2.0 indexed it for the expiry sweep';
 COMMENT ON COLUMN idempotency.keys.shard_key IS
     'with Citus and a tenant column of type bigint, integer or uuid: the scope as that type, which idempotency_distribute() distributes the keys by; NULL otherwise';
 -- Every role may name the objects of the schema, none of which grants PUBLIC

@@ -173,8 +173,7 @@ SELECT preloaded OPERATOR(pg_catalog.=) (pg_catalog.current_setting('shared_prel
   FROM app.idempotency_stats();
 -- (One transaction, so that the background worker cannot expire k1 first.)
 BEGIN;
-UPDATE idempotency.keys SET expires_at = pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 day',
-       sweep_at = pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 day'
+UPDATE idempotency.keys SET expires_at = pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 day'
  WHERE key OPERATOR(pg_catalog.=) 'k1';
 SELECT app.idempotency_scope_stats_refresh() AS scopes;
 SELECT expired FROM app.idempotency_scope_stats();

@@ -60,8 +60,7 @@ SELECT idempotency_complete('s', 'logged at once', 201);
 COMMIT;
 SELECT outcome FROM idempotency_begin('s', 'two-phase', request_hash('r'::text), lease => '1 hour');
 SELECT idempotency_checkpoint('s', 'two-phase', 'charged') > now() AS lease_renewed;
-UPDATE idempotency.keys SET expires_at = now() - interval '1 second', sweep_at = now() - interval '1 second'
- WHERE key = 'logged';
+UPDATE idempotency.keys SET expires_at = now() - interval '1 second' WHERE key = 'logged';
 SELECT idempotency_expire() AS expired;
 SELECT op, key, status FROM key_changes WHERE key <> 'logged' ORDER BY n;
 SELECT string_agg(op || ' ' || status::text, ', ' ORDER BY n)

@@ -165,8 +165,7 @@ BeginAnswer answer_without_claim(KeyState state, const Record &record, Timestamp
 // recovery point -- unless the dead claim was for another request, whose
 // progress means nothing to this one; a claim over an expired record starts
 // over.
-void fill_claim(const Storage &storage, Record &record, const BeginArgs &args, KeyState state,
-                TimestampTz now)
+void fill_claim(Record &record, const BeginArgs &args, KeyState state, TimestampTz now)
 {
     if (state == KeyState::lease_ended || state == KeyState::dead_mismatch)
     {
@@ -191,7 +190,7 @@ void fill_claim(const Storage &storage, Record &record, const BeginArgs &args, K
     }
     record.set(store::col_ttl, IntervalPGetDatum(args.ttl));
     record.set(store::col_lease, IntervalPGetDatum(args.lease));
-    store::set_expiry(storage, record, plus_interval(now, args.ttl));
+    record.set(store::col_expires_at, TimestampTzGetDatum(plus_interval(now, args.ttl)));
     record.set(store::col_status, CharGetDatum(store::status_in_progress));
     record.set(store::col_lease_expires_at, TimestampTzGetDatum(plus_interval(now, args.lease)));
     if (args.has_claim_data)
@@ -251,7 +250,7 @@ BeginAnswer begin_once(Storage &storage, const BeginArgs &args)
         {
             for (int column = 0; column < store::column_count; column++)
                 record.set_null(store::Column(column));
-            fill_claim(storage, record, args, state, now);
+            fill_claim(record, args, state, now);
             claims::Claim claim = claims::claim_absent(storage, args.key, record, deferrable(args),
                                                        ticket, key_locked);
             if (claim == claims::Claim::claimed)
@@ -272,7 +271,7 @@ BeginAnswer begin_once(Storage &storage, const BeginArgs &args)
         }
         else if (key_locked)
         {
-            fill_claim(storage, record, args, state, now);
+            fill_claim(record, args, state, now);
             claims::write(storage, record);
             result = answer(Outcome::claimed, record);
             break;
@@ -819,8 +818,9 @@ IDEMPOTENCY_FUNCTION(idempotency_complete)
             check_stored_size(response.size, "response", key); // 0.1.0 refused it
         record.set(store::col_status, CharGetDatum(store::status_completed));
         record.set(store::col_completed_at, TimestampTzGetDatum(now));
-        store::set_expiry(storage, record,
-                          plus_interval(now, DatumGetIntervalP(record.values[store::col_ttl])));
+        record.set(store::col_expires_at,
+                   TimestampTzGetDatum(
+                       plus_interval(now, DatumGetIntervalP(record.values[store::col_ttl]))));
         record.set_null(store::col_lease_expires_at);
         record.set(store::col_response_status, Int32GetDatum(status));
         record.set_null(store::col_response_body);

@@ -73,7 +73,6 @@ struct OwnClaim
     RequestHash request;
     TimestampTz created_at;
     TimestampTz expires_at;
-    TimestampTz sweep_at;
     TimestampTz lease_expires_at;
     Interval ttl;
     Interval lease;
@@ -392,7 +391,6 @@ static store::Record own_record(const OwnClaim &claim)
     record.writer_xid = InvalidTransactionId;
     record.set(store::col_ttl, copy_datum(claim.ttl));
     record.set(store::col_lease, copy_datum(claim.lease));
-    record.set(store::col_sweep_at, TimestampTzGetDatum(claim.sweep_at));
     return record;
 }
 
@@ -531,7 +529,6 @@ static void make_own(OwnClaim &claim, const Tag &tag, const store::Key &key,
     claim.request = *datum_get_request_hash(record.values[store::col_request]);
     claim.created_at = DatumGetTimestampTz(record.values[store::col_created_at]);
     claim.expires_at = DatumGetTimestampTz(record.values[store::col_expires_at]);
-    claim.sweep_at = DatumGetTimestampTz(record.values[store::col_sweep_at]);
     claim.lease_expires_at = DatumGetTimestampTz(record.values[store::col_lease_expires_at]);
     claim.ttl = *DatumGetIntervalP(record.values[store::col_ttl]);
     claim.lease = *DatumGetIntervalP(record.values[store::col_lease]);
@@ -605,11 +602,11 @@ bool find_own(const store::Storage &storage, const store::Key &key, store::Recor
     return store::fetch_last_write(storage, key, record);
 }
 
-// A deferred claim needs the table's 0.2.0 layout (sweep_at) and no claim
+// A deferred claim needs a table of 0.2.0 or later (its lease) and no claim
 // data, which only a row can hold.
 static bool deferrable_claim(const store::Storage &storage, const store::Record &record)
 {
-    return storage.has(store::col_sweep_at) && record.nulls[store::col_claim_data];
+    return storage.has(store::col_lease) && record.nulls[store::col_claim_data];
 }
 
 // Rule F's check, made inside the subtransaction of the fallback's insert:

@@ -317,7 +317,8 @@ IDEMPOTENCY_FUNCTION(idempotency_expire)
                         errhidestmt(true)));
     require_writable("idempotency_expire");
     int64 deleted;
-    if (!store::expire_here(GetCurrentTimestamp(), max_rows, false, &deleted))
+    if (!store::expire_here(GetCurrentTimestamp(), max_rows, store::Pace::whole_table, false,
+                            &deleted))
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                         errmsg("relation \"idempotency.keys\" does not exist"),
                         errhint("Run CREATE EXTENSION idempotency in this database.")));

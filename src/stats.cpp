@@ -1,12 +1,13 @@
 // Shared-memory counters.  Every backend adds with atomics, so counting costs a
 // few nanoseconds on the hot path and needs no lock; the sweep and error
-// fields change rarely and share a spinlock.
+// fields, and where sweeps start, change rarely and share a spinlock.
 #include "stats.hpp"
 
 extern "C"
 {
 #include "access/xact.h"
 #include "miscadmin.h"
+#include "common/hashfn.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
@@ -18,6 +19,17 @@ extern "C"
 namespace idempotency::stats
 {
 
+// Where the sweep of a relation goes on: one slot per hash of (database,
+// relation).  A slot holds another relation's position after a collision;
+// its owner is checked on every read, so a sweep never takes it for its own.
+struct SweepStart
+{
+    Oid database;
+    Oid relation;
+    BlockNumber block;
+};
+constexpr int sweep_start_slots = 256;
+
 struct Shared
 {
     pg_atomic_uint64 counters[counter_count];
@@ -26,6 +38,7 @@ struct Shared
     int64 last_sweep_us;
     TimestampTz last_error_at;
     char last_error[256];
+    SweepStart sweep_starts[sweep_start_slots];
 };
 
 static Shared *shared = nullptr;
@@ -48,6 +61,7 @@ void attach_shared_memory()
         shared->last_sweep_us = 0;
         shared->last_error_at = DT_NOBEGIN;
         shared->last_error[0] = '\0';
+        memset(shared->sweep_starts, 0, sizeof(shared->sweep_starts));
     }
     LWLockRelease(AddinShmemInitLock);
 }
@@ -175,6 +189,33 @@ void record_sweep(TimestampTz started, TimestampTz finished, uint64 expired)
     SpinLockAcquire(&shared->mutex);
     shared->last_sweep_at = finished;
     shared->last_sweep_us = finished - started;
+    SpinLockRelease(&shared->mutex);
+}
+
+static SweepStart &sweep_start_slot(Oid relation)
+{
+    uint32 hash = hash_combine(murmurhash32(MyDatabaseId), murmurhash32(relation));
+    return shared->sweep_starts[hash % sweep_start_slots];
+}
+
+BlockNumber sweep_start(Oid relation)
+{
+    if (!shared)
+        return 0;
+    SweepStart &slot = sweep_start_slot(relation);
+    SpinLockAcquire(&shared->mutex);
+    BlockNumber block = slot.database == MyDatabaseId && slot.relation == relation ? slot.block : 0;
+    SpinLockRelease(&shared->mutex);
+    return block;
+}
+
+void set_sweep_start(Oid relation, BlockNumber block)
+{
+    if (!shared)
+        return;
+    SweepStart &slot = sweep_start_slot(relation);
+    SpinLockAcquire(&shared->mutex);
+    slot = SweepStart{MyDatabaseId, relation, block};
     SpinLockRelease(&shared->mutex);
 }
 

@@ -5,6 +5,7 @@
 
 extern "C"
 {
+#include "storage/block.h"
 #include "utils/timestamp.h"
 }
 
@@ -57,6 +58,12 @@ struct Snapshot
 Snapshot read();
 
 void record_sweep(TimestampTz started, TimestampTz finished, uint64 expired);
+// Where the next expiry sweep of a relation of this database starts reading
+// (store::expire): a hint, 0 when there is none.  Kept in a small table
+// indexed by a hash of the database and relation, so that a relation whose
+// slot another took starts again at block 0: a later pass over it goes on.
+BlockNumber sweep_start(Oid relation);
+void set_sweep_start(Oid relation, BlockNumber block);
 void record_error(const char *message);
 
 } // namespace idempotency::stats

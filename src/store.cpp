@@ -4,6 +4,7 @@
 #include "boundary.hpp"
 #include "citus.hpp"
 #include "compat.hpp"
+#include "stats.hpp"
 
 extern "C"
 {
@@ -12,6 +13,7 @@ extern "C"
 #include "access/htup_details.h"
 #include "access/skey.h"
 #include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_am_d.h"
@@ -297,13 +299,22 @@ void close(Storage &storage)
     table_close(storage.heap, NoLock);
 }
 
-// The slot has as many columns as the table (see Storage::columns).
+// The slot has as many columns as the table (see Storage::columns).  sweep_at
+// is NULL since 0.3.0, when expiry stopped indexing records; a table still
+// at 0.2.0 requires it, and gets its old default.
 static TupleTableSlot *store_values(TupleTableSlot *slot, const Record &record)
 {
     ExecClearTuple(slot);
-    int columns = slot->tts_tupleDescriptor->natts;
+    TupleDesc descriptor = slot->tts_tupleDescriptor;
+    int columns = descriptor->natts;
     memcpy(slot->tts_values, record.values, columns * sizeof(Datum));
     memcpy(slot->tts_isnull, record.nulls, columns * sizeof(bool));
+    if (columns > col_sweep_at && TupleDescAttr(descriptor, col_sweep_at)->attnotnull &&
+        slot->tts_isnull[col_sweep_at])
+    {
+        slot->tts_values[col_sweep_at] = TimestampTzGetDatum(DT_NOBEGIN);
+        slot->tts_isnull[col_sweep_at] = false;
+    }
     ExecStoreVirtualTuple(slot);
     ItemPointerSetInvalid(&slot->tts_tid);
     return slot;
@@ -652,31 +663,6 @@ void delete_record(Storage &storage, const Record &record)
     CommandCounterIncrement();
 }
 
-static TimestampTz whole_second_after(TimestampTz t)
-{
-    TimestampTz rest = t % USECS_PER_SEC;
-    return rest == 0 ? t : t + (rest > 0 ? USECS_PER_SEC - rest : -rest);
-}
-
-// How far sweep_at may lie after expires_at (see set_expiry): less than this.
-constexpr TimestampTz sweep_lag_us = 2 * USECS_PER_SEC;
-
-void set_expiry(const Storage &storage, Record &record, TimestampTz expires_at)
-{
-    if (!storage.has(col_sweep_at))
-    {
-        record.set(col_expires_at, TimestampTzGetDatum(whole_second_after(expires_at)));
-        return;
-    }
-    record.set(col_expires_at, TimestampTzGetDatum(expires_at));
-    bool keep = record.found && !record.nulls[col_sweep_at] &&
-                DatumGetTimestampTz(record.values[col_sweep_at]) >= expires_at &&
-                DatumGetTimestampTz(record.values[col_sweep_at]) < expires_at + sweep_lag_us;
-    if (!keep)
-        record.set(col_sweep_at,
-                   TimestampTzGetDatum(whole_second_after(expires_at) + USECS_PER_SEC));
-}
-
 // ---------------------------------------------------------------------------
 // Listing a scope
 // ---------------------------------------------------------------------------
@@ -725,30 +711,6 @@ void end_key_scan(KeyScan &scan)
 // ---------------------------------------------------------------------------
 // Expiry
 // ---------------------------------------------------------------------------
-
-// The index that drives expiry: a valid btree on sweep_at alone (expires_at
-// before 0.2.0).  Found among the indexes the write context opened, so that
-// a REINDEX CONCURRENTLY of it changes nothing here.
-static Relation expiry_index(const Storage &storage, const WriteContext *writes)
-{
-    const Column key = storage.has(col_sweep_at) ? col_sweep_at : col_expires_at;
-    const ResultRelInfo *result = writes->result;
-    for (int i = 0; i < result->ri_NumIndices; i++)
-    {
-        Relation index = result->ri_IndexRelationDescs[i];
-        const Form_pg_index form = index->rd_index;
-        if (form->indisvalid && index->rd_rel->relam == BTREE_AM_OID && form->indnatts == 1 &&
-            form->indkey.values[0] == key + 1 &&
-            heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, nullptr) &&
-            heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, nullptr))
-            return index;
-    }
-    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
-                    errmsg("table \"idempotency.keys\" has no valid index on %s",
-                           NameStr(TupleDescAttr(RelationGetDescr(storage.heap), key)->attname)),
-                    errhint("REINDEX the extension's expiry index, or reinstall the "
-                            "extension.")));
-}
 
 // Only the fields Record::expired reads, straight from the buffer: the
 // sweep looks at many rows and deletes most of them, so it copies none.
@@ -802,19 +764,42 @@ static void delete_if_idle(Sweep &sweep)
     unlock_key(key);
 }
 
-// Records past their expiry, in expiry order.  The index on sweep_at finds
-// every record whose expires_at has passed among those with sweep_at up to
-// sweep_lag_us from now; the rest of those are not expired yet.
-static void delete_expired(Sweep &sweep, TimestampTz now)
+// Blocks a sweep at the worker's pace reads (Pace::share): small tables whole,
+// a large one in shares of 1/sweep_shares of its blocks, so that a sweep of
+// ten million keys (about 270,000 blocks) reads some 4,500 of them, a few
+// milliseconds, and a whole pass takes at most sweep_shares sweeps (ten
+// minutes at the default idempotency.expire_interval).  A sweep that finds a
+// full batch to delete goes on (see the worker), so a backlog goes at the
+// speed of deleting, not of this share.
+constexpr BlockNumber sweep_min_blocks = 1024;
+constexpr BlockNumber sweep_shares = 60;
+
+static BlockNumber sweep_share_blocks(BlockNumber blocks)
 {
-    TimestampTz last = sweep.storage.has(col_sweep_at) ? now + sweep_lag_us : now;
-    ScanKeyData bound;
-    ScanKeyInit(&bound, 1, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE, TimestampTzGetDatum(last));
-    IndexScanDesc scan = compat::begin_index_scan(
-        sweep.storage.heap, expiry_index(sweep.storage, sweep.writes), GetActiveSnapshot(), 1);
-    index_rescan(scan, &bound, 1, nullptr, 0);
-    while (sweep.has_room() && index_getnext_slot(scan, ForwardScanDirection, sweep.slot))
+    return Max(sweep_min_blocks, blocks / sweep_shares + 1);
+}
+
+// Deletes the expired records of blocks [first, end) of the heap, until the
+// sweep has no room left.  Returns the block to go on from: the one of the
+// first version it did not look at, or `end`.  The records have no index by
+// expiry (one would cost every new request its entry and WAL record): the
+// heap is read in block order, pages in shared buffers at a few
+// microseconds each.
+static BlockNumber delete_expired(Sweep &sweep, TimestampTz now, BlockNumber first, BlockNumber end)
+{
+    ItemPointerData low, high;
+    ItemPointerSet(&low, first, FirstOffsetNumber);
+    ItemPointerSet(&high, end - 1, MaxOffsetNumber);
+    TableScanDesc scan =
+        table_beginscan_tidrange(sweep.storage.heap, GetActiveSnapshot(), &low, &high);
+    BlockNumber stopped = end;
+    while (table_scan_getnextslot_tidrange(scan, ForwardScanDirection, sweep.slot))
     {
+        if (!sweep.has_room())
+        {
+            stopped = ItemPointerGetBlockNumber(&sweep.slot->tts_tid);
+            break;
+        }
         Record record;
         decode_expiry_fields(sweep.slot, record);
         // An unfinished claim whose lease still runs is not expired.
@@ -822,7 +807,29 @@ static void delete_expired(Sweep &sweep, TimestampTz now)
             delete_if_idle(sweep);
         CHECK_FOR_INTERRUPTS();
     }
-    index_endscan(scan);
+    table_endscan(scan);
+    return stopped;
+}
+
+// Reads `count` blocks from where the last sweep of the relation stopped,
+// wrapping around at the end, and keeps where this one stops for the next.
+// Rows added past the end meanwhile are the next pass's.
+static void delete_expired_from_last_stop(Sweep &sweep, TimestampTz now, Pace pace)
+{
+    Oid relation = RelationGetRelid(sweep.storage.heap);
+    BlockNumber blocks = RelationGetNumberOfBlocks(sweep.storage.heap);
+    if (blocks == 0)
+        return;
+    BlockNumber start = stats::sweep_start(relation);
+    if (start >= blocks)
+        start = 0;
+    BlockNumber count =
+        pace == Pace::whole_table ? blocks : Min(blocks, sweep_share_blocks(blocks));
+    BlockNumber first_end = Min(blocks, start + count);
+    BlockNumber stop = delete_expired(sweep, now, start, first_end);
+    if (stop == first_end && count > first_end - start)
+        stop = delete_expired(sweep, now, 0, count - (first_end - start));
+    stats::set_sweep_start(relation, stop);
 }
 
 // The first tenant after `after` that has keys, through the primary key
@@ -870,7 +877,7 @@ static void delete_orphaned(Sweep &sweep)
     }
 }
 
-int64 expire(Storage &storage, TimestampTz now, int64 max_rows)
+int64 expire(Storage &storage, TimestampTz now, int64 max_rows, Pace pace)
 {
     Sweep sweep = {storage,
                    start_writes(storage),
@@ -884,7 +891,7 @@ int64 expire(Storage &storage, TimestampTz now, int64 max_rows)
     CommandCounterIncrement();
     PushCopiedSnapshot(GetActiveSnapshot());
     UpdateActiveSnapshotCommandId();
-    delete_expired(sweep, now);
+    delete_expired_from_last_stop(sweep, now, pace);
     delete_orphaned(sweep);
     PopActiveSnapshot();
     ExecDropSingleTupleTableSlot(sweep.check);
@@ -892,12 +899,12 @@ int64 expire(Storage &storage, TimestampTz now, int64 max_rows)
     return sweep.deleted;
 }
 
-bool expire_here(TimestampTz now, int64 max_rows, bool skip_if_busy, int64 *deleted)
+bool expire_here(TimestampTz now, int64 max_rows, Pace pace, bool skip_if_busy, int64 *deleted)
 {
     Storage storage;
     if (!open_storage(&storage, RowExclusiveLock, skip_if_busy, (Datum)0))
         return false;
-    *deleted = expire(storage, now, max_rows);
+    *deleted = expire(storage, now, max_rows, pace);
     Oid table = RelationGetRelid(storage.heap);
     close(storage);
     // With Citus, the table is an empty shell and the keys are in its shards.
@@ -907,7 +914,7 @@ bool expire_here(TimestampTz now, int64 max_rows, bool skip_if_busy, int64 *dele
         if (max_rows >= 0 && *deleted >= max_rows)
             break;
         open_locked(&storage, lfirst_oid(cell), RowExclusiveLock);
-        *deleted += expire(storage, now, max_rows < 0 ? -1 : max_rows - *deleted);
+        *deleted += expire(storage, now, max_rows < 0 ? -1 : max_rows - *deleted, pace);
         close(storage);
     }
     return true;

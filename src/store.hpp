@@ -88,7 +88,7 @@ enum Column
     col_response_body_bytes,   // a response body stored as the caller's bytes
     col_response_body_omitted, // the response was over idempotency.max_response_bytes
     col_claim_data,            // what the holder of a claim said about it
-    col_sweep_at,              // a whole second 1-2 s after expires_at: the expiry index's key
+    col_sweep_at,              // unused since 0.3.0: NULL (see store_values)
     // 0.3.0
     col_shard_key, // text and NULL, or the scope as the Citus tenant column's type (citus.hpp)
     column_count
@@ -217,14 +217,6 @@ Record read_visible(const Storage &storage, const Key &key, Snapshot snapshot);
 // The key a decoded record holds.
 Key key_of(const Record &record);
 
-// Sets when `record` expires, and when the sweep will look at it.  The sweep
-// finds records through an index on sweep_at, a whole second 1 to 2 seconds
-// after expires_at, kept by a write while it is still in that window: so a
-// completion within a second of its claim changes no indexed column and
-// stays HOT, while expires_at keeps the microseconds.  A table still at 0.1.0
-// has no sweep_at and indexes expires_at itself, which is then rounded up.
-void set_expiry(const Storage &storage, Record &record, TimestampTz expires_at);
-
 // Writes `record` as a new row of `key`; the caller holds the key lock, or
 // the key's entry in the shared claims table (claims.hpp, rule A).
 void insert_record(Storage &storage, const Key &key, Record &record);
@@ -263,16 +255,29 @@ KeyScan begin_key_scan(const Storage &storage, Oid tenant, Datum scope, Datum af
 bool next_key(KeyScan &scan, Record *record);
 void end_key_scan(KeyScan &scan);
 
+// How much of a table one expiry call scans.  The sweep reads the heap, in
+// block order, from where the last sweep of the relation stopped (a hint in
+// shared memory; block 0 without one), wrapping around at its end.
+enum class Pace
+{
+    whole_table, // every block once: idempotency_expire()
+    // The worker's: sweep_share_blocks() blocks, so that a sweep costs a few
+    // milliseconds however large the table and a whole pass takes at most
+    // sweep_shares sweeps; a sweep that deletes a full batch goes on.
+    share,
+};
+
 // Deletes up to `max_rows` records that are expired at `now` (no limit when
-// max_rows < 0), found through the expiry index with a snapshot that sees
-// the calling transaction's own changes so far.  Never waits for a request:
-// see the concurrency scheme.  Returns the number deleted.
-int64 expire(Storage &storage, TimestampTz now, int64 max_rows);
+// max_rows < 0), found by reading the heap as `pace` says, with a snapshot
+// that sees the calling transaction's own changes so far, and the keys of
+// dropped roles.  Never waits for a request: see the concurrency scheme.
+// Returns the number deleted.
+int64 expire(Storage &storage, TimestampTz now, int64 max_rows, Pace pace);
 // The same for every relation of this node that holds keys: the table, and
 // when Citus distributes it, each of its shards placed here.  False when the
 // storage is missing or (skip_if_busy, for the expiry worker) DDL such as DROP
 // or ALTER EXTENSION holds it; `deleted` is then unset.
-bool expire_here(TimestampTz now, int64 max_rows, bool skip_if_busy, int64 *deleted);
+bool expire_here(TimestampTz now, int64 max_rows, Pace pace, bool skip_if_busy, int64 *deleted);
 
 // A 64-bit hash of the key: the key lock's tag, and the key's identity in
 // the transaction's list of claims (claims.cpp).

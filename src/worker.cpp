@@ -224,7 +224,7 @@ static int64 sweep_batch(TimestampTz now)
     // Invisible until CREATE EXTENSION commits, so never mid-creation.
     // With Citus, the shards placed on this node too (store::expire_here).
     if (OidIsValid(get_extension_oid("idempotency", true)) &&
-        !store::expire_here(now, settings::expire_batch_size, true, &deleted))
+        !store::expire_here(now, settings::expire_batch_size, store::Pace::share, true, &deleted))
         deleted = 0;
     PopActiveSnapshot();
     CommitTransactionCommand();

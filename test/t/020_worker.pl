@@ -77,6 +77,27 @@ add_expiring_keys('app2', 1000, 'b');
 expires_by_itself('app1', 'a', 'expired keys are deleted without any call');
 expires_by_itself('app2', 'b', 'a second database gets its own expiry');
 
+# Nothing indexes the expiry: a sweep reads a share of the heap (at least 1024
+# blocks, 8 MB) from where the last one stopped, wrapping around at the end.
+# In a table of about 6,000 blocks, keys that expired at its start, its middle
+# and its end go within a pass of a few sweeps, and the rest stay.  They are
+# far fewer than a batch, so no sweep goes on past its share: a sweep that
+# started at block 0 every time would never reach the last ones.
+create_app_database('large');
+query('large', q{
+	INSERT INTO idempotency.keys (scope, key, request, created_at, ttl, expires_at, status,
+	    attempt, completed_at, response_status, response_body)
+	SELECT 's', 'k' || g, request_hash(g::text), now(), interval '1 day',
+	       now() + CASE WHEN g % 25000 < 2 THEN interval '-1 second' ELSE interval '1 day' END,
+	       'c', 1, now(), 200, jsonb_build_object('n', g)
+	  FROM generate_series(1, 250000) AS g});
+cmp_ok(query('large', q{SELECT pg_relation_size('idempotency.keys') / 8192}), '>', 3 * 1024,
+	'the table holds more than three shares');
+ok( $node->poll_query_until('large',
+		q{SELECT count(*) = 0 FROM idempotency.keys WHERE expires_at < now()}),
+	'expired keys anywhere in a large table are deleted by sweeps of a share each');
+is(query('large', 'SELECT count(*) FROM idempotency.keys'), '249980', 'the unexpired keys stay');
+
 # A database without the extension is left alone, even with a look-alike table.
 query('postgres', 'CREATE DATABASE plain');
 query('plain', q{

@@ -752,7 +752,7 @@ sub make_expiring_keys
 	}
 	make_expiring_keys('exp1', 8);
 	$coordinator->poll_query_until($db,
-		q{SELECT count(*) = 8 FROM idempotency.keys WHERE key LIKE 'exp1-%' AND sweep_at <= now()})
+		q{SELECT count(*) = 8 FROM idempotency.keys WHERE key LIKE 'exp1-%' AND expires_at <= now()})
 	  or die 'keys never expired';
 	my $expired = 0;
 	$expired += $_->safe_psql($db, 'SELECT idempotency_expire()') for @workers;
