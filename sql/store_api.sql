@@ -112,12 +112,13 @@ SELECT count(*) AS after_rollback FROM idempotency_lookup('shop', 'fresh', lates
 --
 -- Expiry to the microsecond: a 300 ms ttl expires 300 ms after the
 -- completion, not at the next whole second.  sweep_at, which 0.2.0 indexed
--- for the sweep, stays NULL.
+-- for the sweep, stays NULL, and a completed record keeps no lease.
 --
 BEGIN;
 SELECT outcome FROM idempotency_begin('fast', 'k', request_hash('r'::text), ttl => '300 ms');
 SELECT idempotency_complete('fast', 'k', 200, '{"fast": true}');
-SELECT expires_at - completed_at AS ttl, sweep_at IS NULL AS sweep_at_unused
+SELECT expires_at - completed_at AS ttl, sweep_at IS NULL AS sweep_at_unused,
+       lease IS NULL AS completed_without_lease
   FROM idempotency.keys WHERE scope = 'fast';
 COMMIT;
 SELECT pg_sleep(0.35);

@@ -821,7 +821,9 @@ IDEMPOTENCY_FUNCTION(idempotency_complete)
         record.set(store::col_expires_at,
                    TimestampTzGetDatum(
                        plus_interval(now, DatumGetIntervalP(record.values[store::col_ttl]))));
+        // A completed record has no lease: 16 bytes less in every stored row.
         record.set_null(store::col_lease_expires_at);
+        record.set_null(store::col_lease);
         record.set(store::col_response_status, Int32GetDatum(status));
         record.set_null(store::col_response_body);
         record.set_null(store::col_response_body_bytes);
