@@ -46,6 +46,7 @@ static const struct config_enum_entry fault_options[] = {
     {"pause_in_fallback", fault_pause_in_fallback, false},
     {"pause_in_read", fault_pause_in_read, false},
     {"pause_before_forwarded_replay", fault_pause_before_forwarded_replay, false},
+    {"pause_before_sweep_delete", fault_pause_before_sweep_delete, false},
     {nullptr, 0, false}};
 
 static const struct config_enum_entry tenant_isolation_options[] = {

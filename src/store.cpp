@@ -728,16 +728,21 @@ struct Sweep
     Storage &storage;
     WriteContext *writes;
     TupleTableSlot *slot;  // the version a scan returned
-    TupleTableSlot *check; // the same version, fetched again to check it
+    TupleTableSlot *check; // the same version, locked to delete it
     int64 max_rows;        // < 0: no limit
     int64 deleted;
 
     bool has_room() const { return max_rows < 0 || deleted < max_rows; }
 };
 
-// Deletes the version in sweep.slot if nobody is changing its key: the key
-// lock keeps writers away while it looks and deletes, and the version must
-// still be the newest one with no transaction changing it.
+// Deletes the version in sweep.slot if nobody is changing its key or the
+// version.  The key lock keeps the functions' writers away.  A tuple lock,
+// taken only if it is free at once, checks that the version is still the
+// newest one with no transaction changing it, and keeps away writers that
+// bypass the key lock (a DBA's DELETE or UPDATE) until the delete: without
+// it, such a writer could delete the version between the sweep's check and
+// its delete, which then waited for that writer's transaction and failed
+// with "tuple concurrently deleted" (XX000).
 static void delete_if_idle(Sweep &sweep)
 {
     TupleTableSlot *slot = sweep.slot;
@@ -748,13 +753,13 @@ static void delete_if_idle(Sweep &sweep)
         key.tenant = DatumGetObjectId(slot_getattr(slot, col_tenant + 1, &isnull));
     if (!lock_key(key, false))
         return;
-    SnapshotData dirty;
-    InitDirtySnapshot(dirty);
-    bool idle =
-        table_tuple_fetch_row_version(sweep.storage.heap, &slot->tts_tid, &dirty, sweep.check) &&
-        !TransactionIdIsValid(dirty.xmin) && !TransactionIdIsValid(dirty.xmax);
-    if (idle)
+    TM_FailureData failure;
+    TM_Result locked = table_tuple_lock(sweep.storage.heap, &slot->tts_tid, GetActiveSnapshot(),
+                                        sweep.check, sweep.writes->estate->es_output_cid,
+                                        LockTupleExclusive, LockWaitSkip, 0, &failure);
+    if (locked == TM_Ok)
     {
+        pause_for_test(fault_pause_before_sweep_delete, 18761);
         run_write([&] {
             ExecSimpleRelationDelete(sweep.writes->result, sweep.writes->estate, &sweep.writes->epq,
                                      sweep.check);
