@@ -494,9 +494,17 @@ $$;
 -- which reads when sweep_at was added.  With keys that Citus distributes,
 -- the coordinator's DROP INDEX and ALTER TABLE reach the workers before their
 -- own run of this script, which finds the index gone and the column changed.
-DROP INDEX IF EXISTS idempotency.keys_sweep_at_idx;
-ALTER TABLE idempotency.keys
-    ALTER COLUMN sweep_at DROP NOT NULL,
-    ALTER COLUMN sweep_at DROP DEFAULT;
+-- In a DO block: Citus passes a DROP INDEX on to the workers as the text it
+-- was given, which in a script brings the script's next statements along
+-- (42601, "cannot insert multiple commands into a prepared statement"); in
+-- a block it is the statement alone.  (test/t/061 updates distributed keys.)
+DO $$
+BEGIN
+    DROP INDEX IF EXISTS idempotency.keys_sweep_at_idx;
+    ALTER TABLE idempotency.keys
+        ALTER COLUMN sweep_at DROP NOT NULL,
+        ALTER COLUMN sweep_at DROP DEFAULT;
+END
+$$;
 COMMENT ON COLUMN idempotency.keys.sweep_at IS
     'unused since 0.3.0 (NULL); 0.2.0 indexed it for the expiry sweep';
