@@ -19,8 +19,9 @@
 //    go around each decision to write a key (claims.hpp, rule K), so that a
 //    transaction holds at most one at a time.
 //  * The expiry sweep never waits for a request: it deletes a row only when it
-//    gets the key's lock at once and the version is still the newest one,
-//    with nobody changing it; otherwise it skips the row for the next round.
+//    gets the key's lock and the row's tuple lock at once, which the newest
+//    version with nobody changing it gives; otherwise it skips the row for
+//    the next round.
 //
 // Backend-local caches, and why each is safe:
 //  * The OID of idempotency.keys (store.cpp, heap_oid_cache).  Forgotten by a
