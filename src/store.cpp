@@ -818,7 +818,11 @@ static BlockNumber delete_expired(Sweep &sweep, TimestampTz now, BlockNumber fir
 
 // Reads `count` blocks from where the last sweep of the relation stopped,
 // wrapping around at the end, and keeps where this one stops for the next.
-// Rows added past the end meanwhile are the next pass's.
+// Rows added past the end meanwhile are the next pass's.  The position is a
+// hint and survives what the sweep's transaction does: if that rolls back
+// (an error, a cancel), the rows it deleted come back behind the position,
+// and the next pass, which wraps around, reads them again; a position past a
+// table that shrank (VACUUM, TRUNCATE, pg_repack) restarts at block 0.
 static void delete_expired_from_last_stop(Sweep &sweep, TimestampTz now, Pace pace)
 {
     Oid relation = RelationGetRelid(sweep.storage.heap);
