@@ -2,6 +2,7 @@
 #include "citus.hpp"
 #include "arguments.hpp"
 #include "boundary.hpp"
+#include "compat.hpp"
 #include "module.hpp"
 #include "store.hpp"
 
@@ -10,6 +11,7 @@ extern "C"
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_namespace_d.h"
 #include "catalog/pg_type_d.h"
@@ -33,6 +35,7 @@ extern "C"
 #include "storage/lock.h"
 #include "storage/sinval.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
@@ -243,13 +246,13 @@ static void read_partition(Layout &next, Oid pg_dist_partition)
 }
 
 // The Citus versions (major.minor of the extension) whose private layout
-// this file relies on -- the signatures of the routines its library exports,
-// the columns of its catalogs, the tag of the shard metadata lock tried
-// without waiting, the flags of its execution state -- each run by
-// test/t/060_citus.pl.  A later version could change one of them without
+// this file relies on -- the columns of its catalogs, the tag of the shard
+// metadata lock tried without waiting, the signatures of the routines and
+// flags its library exports (up to PostgreSQL 15) -- each run by
+// test/t/060_citus.pl (14.0 on PostgreSQL 18).  A later version could change one of them without
 // anything here noticing, so distributed keys are refused on any other
 // version rather than kept unprotected.
-static const char *const tested_citus_versions[] = {"13.0", "13.1", "13.2"};
+static const char *const tested_citus_versions[] = {"13.0", "13.1", "13.2", "14.0"};
 
 static void require_tested_citus()
 {
@@ -271,8 +274,8 @@ static void require_tested_citus()
     ereport(ERROR,
             (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
              errmsg("Citus %s is not a version this extension is tested with", version),
-             errdetail("With distributed keys, the extension calls routines of Citus's library "
-                       "and reads its catalogs as Citus 13.0 and 13.2 lay them out; on another "
+             errdetail("With distributed keys, the extension reads Citus's catalogs and takes its "
+                       "shard locks as Citus 13.0 to 14.0 lay them out; on another "
                        "version a change there could let a shard move have a key claimed twice."),
              errhint("Use a tested Citus version (see doc/citus.md), or an idempotency release "
                      "tested with this one.")));
@@ -443,10 +446,26 @@ Datum scope_as(Oid type, Datum scope)
     return scope_value(&input_function, input_param, type, scope);
 }
 
+// Runs `call` with the keys' owner `owner` as the current user, for Citus's
+// SQL-level functions that check the caller's rights on the keys (the
+// caller of the API need not have any).  The user is restored by the abort
+// of an error, as for any security-restricted operation.
+template <typename Call>
+static Datum as_owner(Oid owner, Call call)
+{
+    Oid user;
+    int security;
+    GetUserIdAndSecContext(&user, &security);
+    SetUserIdAndSecContext(owner,
+                           security | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+    Datum result = call();
+    SetUserIdAndSecContext(user, security);
+    return result;
+}
+
 // The shard Citus places the distribution column's value `value` in, by
 // its get_shard_id_for_distribution_column() (as the keys' owner: it checks
-// SELECT on the table).  The user is restored by the abort of an error, as
-// for any security-restricted operation.
+// SELECT on the table).
 static int64 citus_shard_id(const Layout &current, Datum value)
 {
     LOCAL_FCINFO(call, 2);
@@ -456,13 +475,7 @@ static int64 citus_shard_id(const Layout &current, Datum value)
     call->args[0].isnull = false;
     call->args[1].value = value;
     call->args[1].isnull = false;
-    Oid user;
-    int security;
-    GetUserIdAndSecContext(&user, &security);
-    SetUserIdAndSecContext(current.owner,
-                           security | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
-    Datum shard = FunctionCallInvoke(call);
-    SetUserIdAndSecContext(user, security);
+    Datum shard = as_owner(current.owner, [&] { return FunctionCallInvoke(call); });
     if (call->isnull)
         elog(ERROR, "get_shard_id_for_distribution_column() gave NULL");
     return DatumGetInt64(shard);
@@ -534,32 +547,6 @@ static void *exported(const char *name)
     return load_external_function("$libdir/citus", name, false, nullptr);
 }
 
-// exported(name), which the extension cannot do without (`use`: what for),
-// kept in `kept` after the first call -- safe for the backend's life: a
-// loaded library is never unloaded.  0A000 when this Citus does not export
-// it, rather than go on without it.
-template <typename Routine>
-static Routine required_routine(Routine &kept, const char *name, const char *use)
-{
-    if (kept != nullptr)
-        return kept;
-    void *routine = exported(name);
-    if (routine == nullptr)
-        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                        errmsg("the loaded Citus library does not export %s", name),
-                        errdetail("With Citus, the extension uses it %s.%s", use,
-                                  PG_VERSION_NUM >= 160000
-                                      ? " From PostgreSQL 16 on, extension libraries are built "
-                                        "with hidden symbols: Citus's exports only its SQL "
-                                        "functions."
-                                      : ""),
-                        errhint(PG_VERSION_NUM >= 160000
-                                    ? "With Citus, use PostgreSQL 15 (see doc/citus.md)."
-                                    : "Use a tested Citus version (see doc/citus.md).")));
-    kept = reinterpret_cast<Routine>(routine);
-    return kept;
-}
-
 // The tag of the shard's metadata lock in the tested Citus releases (an
 // advisory tag: the shard's index in the sorted shard list, the co-location
 // id, class 8); see lock_metadata.
@@ -569,70 +556,76 @@ static void metadata_locktag(LOCKTAG *tag, const Placement &placement)
                          colocated_shards_metadata_lock);
 }
 
+// Citus's SQL-level function pg_catalog.`name`(`types`), which the extension
+// calls directly (fmgr): its stable interface, exported on every
+// PostgreSQL version, unlike the C routines behind it.  Looked up at each
+// use, so that an update of Citus that recreates it is followed.
+static Oid citus_function(const char *name, int nargs, const Oid *types)
+{
+    Oid function = LookupFuncName(
+        list_make2(makeString(pstrdup("pg_catalog")), makeString(pstrdup(name))), nargs, types,
+        true);
+    if (!OidIsValid(function))
+        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                        errmsg("Citus has no function pg_catalog.%s with the arguments the "
+                               "extension passes",
+                               name),
+                        errhint("Use a tested Citus version (see doc/citus.md).")));
+    return function;
+}
+
 // The shard's metadata lock in ShareLock, as Citus's own router writes take
 // it before they pick a placement: the lock a move or split takes in
 // ExclusiveLock before it switches the shard over.  Held to the end of the
 // transaction.  Taken by its tag in the tested releases first -- waiting,
-// or without `wait` only if it is free at once (Citus exports no such try)
+// or without `wait` only if it is free at once (Citus offers no such try)
 // -- then, if the shard still exists after the invalidations of a switch
-// the wait let through, through Citus's exported
-// LockShardDistributionMetadata, which holds Citus's lock whatever its tag
-// in a release (at once when the tags agree).  A shard that a split removed
-// meanwhile is left to the caller, which places the scope again (Citus's
-// routine would fail on it).
+// the wait let through, through Citus's SQL-level lock_shard_metadata(),
+// which holds Citus's lock whatever its tag in a release (at once when the
+// tags agree).  It checks that the current user owns the table: it runs as
+// the keys' owner.  A shard that a split removed meanwhile is left to the
+// caller, which places the scope again (Citus's function would fail on
+// it).
 static bool lock_metadata(Oid keys, const Placement &placement, bool wait)
 {
-    static void (*lock_shard_metadata)(int64 shard, LOCKMODE mode) = nullptr;
-    required_routine(lock_shard_metadata, "LockShardDistributionMetadata",
-                     "to lock a shard's metadata as Citus's own writes do, which keeps a shard "
-                     "move from switching the shard over under a claim");
     LOCKTAG tag;
     metadata_locktag(&tag, placement);
     if (LockAcquire(&tag, ShareLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
         return false;
     AcceptInvalidationMessages();
-    if (shard_position(layout_of(keys), placement.shard) >= 0)
-        lock_shard_metadata(placement.shard, ShareLock);
+    const Layout &current = layout_of(keys);
+    if (shard_position(current, placement.shard) < 0)
+        return true;
+    Oid types[] = {INT4OID, INT8ARRAYOID};
+    Oid lock_shard_metadata = citus_function("lock_shard_metadata", 2, types);
+    Datum shard = Int64GetDatum(placement.shard);
+    Datum shards =
+        PointerGetDatum(construct_array(&shard, 1, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE));
+    as_owner(current.owner, [&] {
+        return OidFunctionCall2(lock_shard_metadata, Int32GetDatum(ShareLock), shards);
+    });
     return true;
 }
 
-// Finds and locks the shard relation, checking the name again after the lock
-// as lock_heap (store.cpp) does.  InvalidOid when skip_if_busy and it is busy.
-// The shard's name is the one Citus gives it, from its exported
-// AppendShardIdToName (the table's name and "_<shard id>", shortened when
-// too long).
+// Finds and locks the shard relation, named by Citus's SQL-level
+// shard_name() (schema-qualified and quoted as needed), through PostgreSQL's
+// own lookup, which checks the name again after the lock.  InvalidOid when
+// skip_if_busy and it is busy.
 static Oid lock_shard_relation(Oid keys, int64 shard, LOCKMODE lockmode, bool skip_if_busy)
 {
-    static void (*append_shard_id)(char **name, uint64 shard) = nullptr;
-    required_routine(append_shard_id, "AppendShardIdToName",
-                     "to name the shards of idempotency.keys");
-    char *table = get_rel_name(keys);
-    Oid schema = get_rel_namespace(keys);
-    if (table == nullptr)
-        elog(ERROR, "cache lookup failed for relation %u", keys);
-    char *name = table; // (a copy, which the call extends)
-    append_shard_id(&name, uint64(shard));
-    for (;;)
-    {
-        uint64 seen = SharedInvalidMessageCounter;
-        Oid relid = get_relname_relid(name, schema);
-        if (!OidIsValid(relid))
-            ereport(
-                ERROR,
+    Oid types[] = {REGCLASSOID, INT8OID, BOOLOID};
+    Datum name = OidFunctionCall3(citus_function("shard_name", 3, types), ObjectIdGetDatum(keys),
+                                  Int64GetDatum(shard), BoolGetDatum(false));
+    RangeVar *relation =
+        makeRangeVarFromNameList(compat::qualified_name_list(TextDatumGetCString(name)));
+    Oid relid = RangeVarGetRelidExtended(
+        relation, lockmode, RVR_MISSING_OK | (skip_if_busy ? RVR_SKIP_LOCKED : 0), nullptr, nullptr);
+    if (!OidIsValid(relid) && !OidIsValid(RangeVarGetRelid(relation, NoLock, true)))
+        ereport(ERROR,
                 (errcode(ERRCODE_UNDEFINED_TABLE),
-                 errmsg("shard \"%s\" of idempotency.keys does not exist", name),
+                 errmsg("shard %s of idempotency.keys does not exist", TextDatumGetCString(name)),
                  errdetail("Citus's metadata places shard " INT64_FORMAT " on this node.", shard)));
-        if (skip_if_busy)
-        {
-            if (!ConditionalLockRelationOid(relid, lockmode))
-                return InvalidOid;
-        }
-        else
-            LockRelationOid(relid, lockmode);
-        if (seen == SharedInvalidMessageCounter || get_relname_relid(name, schema) == relid)
-            return relid;
-        UnlockRelationOid(relid, lockmode);
-    }
+    return relid;
 }
 
 // Takes the metadata lock of the scope's shard and returns where the scope is
@@ -658,16 +651,35 @@ static Placement lock_placement(Oid keys, Datum scope)
 // the workers' part with a one-phase COMMIT before the local commit, and a
 // crash in between keeps a business write whose claim is lost.  Citus's flag
 // is read at pre-commit and reset at the end of the transaction, so setting
-// it at any write of the transaction suffices.  The function is looked up in
-// the loaded library by name; if a Citus version does not export it, such
-// writes are refused rather than left unsafe.
+// it at any write of the transaction suffices.  Citus has no SQL-level way
+// to ask for it: the routine is looked up in the loaded library by name
+// (kept for the backend's life: a loaded library is never unloaded), and
+// where Citus does not export it -- from PostgreSQL 16 on, extension
+// libraries export only their SQL functions -- such writes are refused
+// rather than left unsafe.
 static void force_two_phase()
 {
     if (!loaded())
         return; // Citus is not loaded: no coordinated transactions
     static void (*use_2pc)() = nullptr;
-    required_routine(use_2pc, "Use2PCForCoordinatedTransaction",
-                     "to commit a claim and the distributed writes of its transaction together")();
+    if (use_2pc == nullptr)
+        use_2pc = reinterpret_cast<void (*)()>(exported("Use2PCForCoordinatedTransaction"));
+    if (use_2pc == nullptr)
+        ereport(ERROR,
+                (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                 errmsg("the loaded Citus library does not export "
+                        "Use2PCForCoordinatedTransaction"),
+                 errdetail("With keys on this node, or a call forwarded to another node, the "
+                           "extension asks Citus by that routine to commit a claim and the "
+                           "distributed writes of its transaction together.%s",
+                           PG_VERSION_NUM >= 160000
+                               ? " From PostgreSQL 16 on, extension libraries are built with "
+                                 "hidden symbols: Citus's exports only its SQL functions."
+                               : ""),
+                 errhint("Distribute the keys with idempotency_distribute() and call the "
+                         "functions in a shape Citus delegates (see doc/citus.md)%s.",
+                         PG_VERSION_NUM >= 160000 ? ", or use PostgreSQL 15" : "")));
+    use_2pc();
 }
 
 // `why`: why the call cannot be forwarded to the shard's node, if it could
@@ -806,12 +818,10 @@ static const CitusExecution &citus_execution()
 // delegated call that Citus lets run remote queries (a function's call that
 // is not force-delegated, or is outside a transaction block, or a
 // procedure's).  Where Citus would refuse, the call answers IK005 instead.
+// Only once routed_call found Citus's execution state exported.
 static bool remote_execution_allowed()
 {
     const CitusExecution &execution = citus_execution();
-    if (execution.use_coordinated_transaction == nullptr || execution.internal_backend == nullptr ||
-        execution.in_delegated_function == nullptr || execution.in_delegated_procedure == nullptr)
-        return false;
     return !execution.internal_backend() || *execution.in_delegated_function ||
            *execution.in_delegated_procedure;
 }
@@ -900,6 +910,13 @@ static RoutedCall routed_call(FunctionCallInfo fcinfo, Oid keys, Datum scope,
     if (placement.local)
         elog(ERROR, "forwarding a call whose shard " INT64_FORMAT " is placed here",
              placement.shard);
+    const CitusExecution &execution = citus_execution();
+    if (execution.use_coordinated_transaction == nullptr || execution.internal_backend == nullptr ||
+        execution.in_delegated_function == nullptr || execution.in_delegated_procedure == nullptr)
+        not_routed(placement.shard,
+                   "Forwarding a call needs Citus's execution state, which the loaded Citus "
+                   "library does not export (from PostgreSQL 16 on, extension libraries export "
+                   "only their SQL functions).");
     if (!remote_execution_allowed() || forwarding)
         not_routed(placement.shard);
     Oid route = route_table(keys, placement, write);
@@ -1028,9 +1045,7 @@ Datum forward_call(FunctionCallInfo fcinfo, Datum scope)
 // Whether the keys hold a completed, unexpired record of (scope, key), which
 // a begin only reads (replay or mismatch).  Asked through Citus -- a router
 // query to the scope's placement, which takes no shard metadata lock -- as
-// the table's owner, since the caller need not be allowed to read it.  The
-// user is restored by the abort of an error, as for any security-restricted
-// operation.
+// the table's owner, since the caller need not be allowed to read it.
 static bool completed_record(Oid keys, Datum scope, Datum key)
 {
     const Layout &current = layout_of(keys);
@@ -1045,24 +1060,16 @@ static bool completed_record(Oid keys, Datum scope, Datum key)
     if (current.by_shard_key) // the distribution column, for Citus to route by
         appendStringInfo(&query, " AND k.shard_key OPERATOR(pg_catalog.=) $1::%s",
                          format_type_be_qualified(current.key_type));
-    HeapTuple relation = SearchSysCache1(RELOID, ObjectIdGetDatum(keys));
-    if (!HeapTupleIsValid(relation))
-        elog(ERROR, "cache lookup failed for relation %u", keys);
-    Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(relation))->relowner;
-    ReleaseSysCache(relation);
-    Oid user;
-    int security;
-    GetUserIdAndSecContext(&user, &security);
-    SetUserIdAndSecContext(owner,
-                           security | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
     Oid types[] = {TEXTOID, TEXTOID};
     Datum values[] = {scope, key};
-    SPI_connect();
-    bool found =
-        SPI_execute_with_args(query.data, 2, types, values, nullptr, true, 1) == SPI_OK_SELECT &&
-        SPI_processed > 0;
-    SPI_finish();
-    SetUserIdAndSecContext(user, security);
+    bool found = DatumGetBool(as_owner(current.owner, [&] {
+        SPI_connect();
+        bool seen = SPI_execute_with_args(query.data, 2, types, values, nullptr, true, 1) ==
+                        SPI_OK_SELECT &&
+                    SPI_processed > 0;
+        SPI_finish();
+        return BoolGetDatum(seen);
+    }));
     pfree(query.data);
     return found;
 }

@@ -1,9 +1,9 @@
-// Citus, detected at run time from its catalogs and the routines its
-// library exports (no build-time dependency on its headers or its library).
+// Citus, detected at run time from its catalogs and its SQL-level functions,
+// called directly (no build-time dependency on its headers or its library).
 //
 // When idempotency.keys is a hash-distributed Citus table, its rows live in
-// shards, one relation per shard, named as Citus names them (its exported
-// AppendShardIdToName: keys_<shard id>, in the table's schema); the table
+// shards, one relation per shard, named as Citus names them (its
+// shard_name(): keys_<shard id>, in the table's schema); the table
 // itself is an empty shell.  Every read and write for a scope then goes to
 // the shard that holds the scope:
 //  1. Citus's own get_shard_id_for_distribution_column() gives the scope's
@@ -14,7 +14,7 @@
 //     bigint or uuid scope (create_scope_variants), whose text reads back as
 //     the value Citus hashed;
 //  2. the lock Citus's own executor takes before it writes a shard is taken,
-//     through its exported LockShardDistributionMetadata: ShareLock on the
+//     through its lock_shard_metadata() (as the keys' owner): ShareLock on the
 //     co-located shards' metadata.  A shard move or split takes it in
 //     ExclusiveLock, on every node that has the metadata, before it switches
 //     the placement over; holding it keeps the move from finishing (and the
@@ -31,16 +31,19 @@
 //     query run on another node, answers IK005, and a retry is routed
 //     afresh.
 //
-// The lock's tag, the catalogs' columns and the exported routines are
-// Citus's private layout, so they are trusted only on the Citus releases
-// test/t/060_citus.pl runs (refused on others); a routine missing is refused
-// too, and the catalogs are read through their indexes with each column's
-// type checked.
+// The lock's tag and the catalogs' columns are Citus's private layout, so
+// they are trusted only on the Citus releases test/t/060_citus.pl runs
+// (refused on others); a function missing is refused too, and the catalogs
+// are read through their indexes with each column's type checked.
 //
 // When idempotency.keys is not distributed but Citus is loaded, a write to it
 // asks Citus to commit the coordinated transaction with two-phase commit, so
 // that distributed business writes in the same transaction cannot commit on
 // a worker while the local claim is lost in a crash (see force_two_phase).
+// Citus has no SQL-level request for it, nor for the execution state that
+// forwarding a call relies on: both come from the C routines Citus's
+// library exports, which from PostgreSQL 16 on it exports no longer (PGXS
+// hides them), and without them such writes and forwarded calls are refused.
 //
 // Cache (backend-local): the layout of the table -- whether it is
 // distributed, by which column, its shards in the order of their hash ranges

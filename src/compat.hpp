@@ -13,6 +13,7 @@ extern "C"
 #include "nodes/parsenodes.h"
 #include "storage/proc.h"
 #include "utils/relcache.h"
+#include "utils/regproc.h"
 #if PG_VERSION_NUM >= 160000
 #include "parser/parse_relation.h"
 // The varlena macros (VARDATA_ANY, VARSIZE_ANY_EXHDR, ...), which postgres.h
@@ -94,6 +95,17 @@ inline bool database_is_invalid(Form_pg_database database)
     return database->datconnlimit == DATCONNLIMIT_INVALID_DB;
 #else
     return false;
+#endif
+}
+
+// A qualified name's parts, as the parser splits it (16 added a soft error
+// context; errors are raised here).
+inline List *qualified_name_list(const char *name)
+{
+#if PG_VERSION_NUM >= 160000
+    return stringToQualifiedNameList(name, nullptr);
+#else
+    return stringToQualifiedNameList(name);
 #endif
 }
 

@@ -28,7 +28,12 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 plan skip_all => citus_missing() if citus_missing();
-plan skip_all => citus_unsupported() if citus_unsupported();
+# From PostgreSQL 16, Citus refuses keys on the coordinator and forwarded
+# calls (doc/citus.md, Limits; t/060 checks the refusals): the keys stored
+# before the distribution are inserted as a restored dump would store them,
+# and the forwarded cases are left out.
+my $without_exports = citus_without_exports();
+note($without_exports) if $without_exports;
 
 my ($coordinator, @workers) = start_citus_cluster();
 
@@ -84,12 +89,27 @@ for my $type (qw(bigint integer uuid))
 		   SELECT create_distributed_table('orders', 'tenant_id', shard_count => 4)});
 
 	# Keys stored before the distribution, on the coordinator.
-	is( run_request($coordinator, $db, $tenant[0], 'before', 'POST /orders', 201,
-			write => $order_sql->($tenant[0], 'before')),
-		"claimed 1\nt", "$type: a request before the keys are distributed");
 	my ($bad_scope, $bad_state) = @{ $not_a_tenant{$type} };
-	is(run_request($coordinator, $db, $bad_scope, 'k', 'POST /orders', 201),
-		"claimed 1\nt", "$type: a key of a scope that is not a $type");
+	if ($without_exports)
+	{
+		$query->(
+			join ';', $order_sql->($tenant[0], 'before'),
+			map {
+				sprintf(q{INSERT INTO idempotency.keys (scope, key, request, created_at, ttl, expires_at,
+				                                        status, attempt, completed_at, response_status)
+				          VALUES (%s, %s, request_hash('POST /orders'::text), now(), '1 day',
+				                  now() + '1 day', 'c', 1, now(), 201)},
+					quote($_->[0]), quote($_->[1]))
+			} [ $tenant[0], 'before' ], [ $bad_scope, 'k' ]);
+	}
+	else
+	{
+		is( run_request($coordinator, $db, $tenant[0], 'before', 'POST /orders', 201,
+				write => $order_sql->($tenant[0], 'before')),
+			"claimed 1\nt", "$type: a request before the keys are distributed");
+		is(run_request($coordinator, $db, $bad_scope, 'k', 'POST /orders', 201),
+			"claimed 1\nt", "$type: a key of a scope that is not a $type");
+	}
 	my ($sqlstate, $stderr) =
 	  sql_error($coordinator, $db, q{SELECT idempotency_distribute('orders')});
 	is($sqlstate, $bad_state, "$type: idempotency_distribute refuses such a key ($bad_state)");
@@ -135,7 +155,8 @@ for my $type (qw(bigint integer uuid))
 			sprintf(q{BEGIN; SELECT outcome FROM %s; COMMIT},
 				begin_call($tenant[0], 'before', 'POST /orders'))),
 		'replay',
-		"$type: a text scope is not delegated, and is forwarded from the coordinator to its shard");
+		"$type: a text scope is not delegated, and is forwarded from the coordinator to its shard")
+	  unless $without_exports;
 
 	# Every tenant through the coordinator: Citus delegates each call by the
 	# scope read as $type, and the functions on the node must pick the
@@ -346,7 +367,11 @@ for my $type (qw(bigint integer uuid))
 		my ($what, $operation) = @_;
 		my %load;
 		my @runs;
-		for my $script ($request_script, $handler_script, $plain_script)
+		# (The handler's retry check is forwarded: not from PostgreSQL 16.)
+		my @requests = ($request_script, $without_exports ? () : $handler_script);
+		my %label = ($request_script => 'requests', $handler_script => 'through the handler',
+			$plain_script => 'plain INSERTs');
+		for my $script (@requests, $plain_script)
 		{
 			my $log = $load{$script} = { out => '', err => '' };
 			push @runs, IPC::Run::start(
@@ -372,14 +397,12 @@ for my $type (qw(bigint integer uuid))
 		my %aborted = map { $_ => scalar(() = $load{$_}{err} =~ /aborted in command/g) } keys %load;
 		my %processed =
 		  map { $_ => ($load{$_}{out} =~ /actually processed: (\d+)/)[0] // 0 } keys %load;
-		note(sprintf('%s under load: requests %d (%d clients aborted), through the handler %d (%d), '
-				  . 'plain INSERTs %d (%d)',
-				$what, map { $processed{$_}, $aborted{$_} } $request_script, $handler_script,
-				$plain_script));
-		ok($processed{$request_script} > 0 && $processed{$handler_script} > 0
-			  && $processed{$plain_script} > 0,
+		note(join ', ', "$what under load",
+			map { sprintf '%s %d (%d clients aborted)', $label{$_}, $processed{$_}, $aborted{$_} }
+			  @requests, $plain_script);
+		ok(!grep({ !$processed{$_} } @requests, $plain_script),
 			"$type $what: requests, handler requests and plain INSERTs ran");
-		for my $script ($request_script, $handler_script)
+		for my $script (@requests)
 		{
 			my $how = $script eq $handler_script ? ' through the handler' : '';
 			unlike($load{$script}{err}, qr/not stored on this node/, "$type $what$how: no IK005")
@@ -472,13 +495,17 @@ for my $type (qw(bigint integer uuid))
 		'replay', 'update: the key stored before replays');
 	is(run_request($coordinator, $db, 't2', 'new', 'POST /orders', 201),
 		"claimed 1\nt", 'update: a new request claims');
-	# Calls that reach a node without their shard are forwarded through the
-	# routing table, which 0.2.0 did not distribute: IK005 saying what to
-	# run, until idempotency_distribute() distributes it with the keys.
 	my $forwarded = sprintf(q{SELECT (%s).outcome}, begin_call('t3', 'fwd', 'POST /orders'));
-	my ($ret, $out, $err) = $coordinator->psql($db, "\\set VERBOSITY verbose\n$forwarded");
-	like($err, qr/IK005.*\n.*idempotency.route, which is not distributed with the keys: run SELECT idempotency_distribute/,
-		'update: a call not delegated is not forwarded before the routing table is distributed (IK005)');
+	my ($ret, $out, $err);
+	unless ($without_exports)
+	{
+		# Calls that reach a node without their shard are forwarded through the
+		# routing table, which 0.2.0 did not distribute: IK005 saying what to
+		# run, until idempotency_distribute() distributes it with the keys.
+		($ret, $out, $err) = $coordinator->psql($db, "\\set VERBOSITY verbose\n$forwarded");
+		like($err, qr/IK005.*\n.*idempotency.route, which is not distributed with the keys: run SELECT idempotency_distribute/,
+			'update: a call not delegated is not forwarded before the routing table is distributed (IK005)');
+	}
 	$query->(q{CREATE TABLE other (tenant text COLLATE "C" NOT NULL PRIMARY KEY);
 	           SELECT create_distributed_table('other', 'tenant', shard_count => 2)});
 	($ret, $out, $err) = $coordinator->psql($db, q{SELECT idempotency_distribute('other')});
@@ -488,7 +515,8 @@ for my $type (qw(bigint integer uuid))
 	is( $query->(
 			sprintf(q{BEGIN; %s; SELECT %s; COMMIT; %s},
 				$forwarded, complete_call('t3', 'fwd', 201), $forwarded)),
-		"claimed\nt\nreplay", 'update: then a call not delegated is forwarded');
+		"claimed\nt\nreplay", 'update: then a call not delegated is forwarded')
+	  unless $without_exports;
 	($ret, $out, $err) = $coordinator->psql($db, q{SELECT idempotency_distribute('orders')});
 	like($err, qr/idempotency.keys is already distributed/, 'update: and a third call is refused');
 }
