@@ -23,7 +23,6 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 plan skip_all => citus_missing() if citus_missing();
-plan skip_all => citus_without_exports() if citus_without_exports();
 
 my $clients = $ENV{CITUS_CLIENTS} // 4;
 my $reps = $ENV{CITUS_REPS} // 3;
