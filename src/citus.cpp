@@ -659,8 +659,11 @@ static Placement lock_placement(Oid keys, Datum scope)
 // rather than left unsafe.
 static void force_two_phase()
 {
-    if (!loaded())
-        return; // Citus is not loaded: no coordinated transactions
+    // Citus coordinates transactions only in a database that has its
+    // extension; read at each write (an index probe of pg_extension), so
+    // that a CREATE EXTENSION citus is seen at once.
+    if (!loaded() || !OidIsValid(get_extension_oid("citus", true)))
+        return;
     static void (*use_2pc)() = nullptr;
     if (use_2pc == nullptr)
         use_2pc = reinterpret_cast<void (*)()>(exported("Use2PCForCoordinatedTransaction"));

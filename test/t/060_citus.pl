@@ -225,6 +225,15 @@ else
 	retry_once('post_commit', 'ten1', 'local-post', 'replay');
 }
 
+# A database without the citus extension, on the same server: Citus
+# coordinates no transaction there, and nothing is refused.
+$coordinator->safe_psql('postgres', 'CREATE DATABASE without_citus');
+$coordinator->safe_psql('without_citus', 'CREATE EXTENSION idempotency');
+is(run_request($coordinator, 'without_citus', 'ten1', 'k', 'POST /orders', 201),
+	"claimed 1\nt", 'a database without Citus: a request claims and completes');
+is($coordinator->safe_psql('without_citus', 'SELECT outcome FROM ' . begin_call('ten1', 'k', 'POST /orders')),
+	'replay', '... and replays');
+
 # The one-round-trip handler of doc/citus.md (tested: citus_handler.sql): one
 # delegated call runs the whole request on the node of the tenant's shard.
 # Its function is created here, before the keys are distributed: a call then
