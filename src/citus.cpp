@@ -651,23 +651,33 @@ static Placement lock_placement(Oid keys, Datum scope)
 // the workers' part with a one-phase COMMIT before the local commit, and a
 // crash in between keeps a business write whose claim is lost.  Citus's flag
 // is read at pre-commit and reset at the end of the transaction, so setting
-// it at any write of the transaction suffices.  Citus has no SQL-level way
-// to ask for it: the routine is looked up in the loaded library by name
-// (kept for the backend's life: a loaded library is never unloaded), and
-// where Citus does not export it -- from PostgreSQL 16 on, extension
-// libraries export only their SQL functions -- such writes are refused
-// rather than left unsafe.
-static void force_two_phase()
+// it at any write of the transaction suffices.  Citus coordinates
+// transactions only in a database that has its extension (read at each
+// call, an index probe of pg_extension, so that a CREATE EXTENSION citus is
+// seen at once).  Citus has no SQL-level way to ask for it: the routine is
+// looked up in the loaded library by name (kept for the backend's life: a
+// loaded library is never unloaded).  Returns false where Citus does not
+// export it -- from PostgreSQL 16 on, extension libraries export only their
+// SQL functions.
+static bool request_two_phase()
 {
-    // Citus coordinates transactions only in a database that has its
-    // extension; read at each write (an index probe of pg_extension), so
-    // that a CREATE EXTENSION citus is seen at once.
     if (!loaded() || !OidIsValid(get_extension_oid("citus", true)))
-        return;
+        return true; // no coordinated transactions
     static void (*use_2pc)() = nullptr;
     if (use_2pc == nullptr)
         use_2pc = reinterpret_cast<void (*)()>(exported("Use2PCForCoordinatedTransaction"));
     if (use_2pc == nullptr)
+        return false;
+    use_2pc();
+    return true;
+}
+
+// request_two_phase() for a write of keys kept on this node, or of a call
+// forwarded to another: refused (0A000) before it writes where Citus cannot
+// be asked.
+static void force_two_phase()
+{
+    if (!request_two_phase())
         ereport(ERROR,
                 (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
                  errmsg("the loaded Citus library does not export "
@@ -682,7 +692,6 @@ static void force_two_phase()
                  errhint("Distribute the keys with idempotency_distribute() and call the "
                          "functions in a shape Citus delegates (see doc/citus.md)%s.",
                          PG_VERSION_NUM >= 160000 ? ", or use PostgreSQL 15" : "")));
-    use_2pc();
 }
 
 // `why`: why the call cannot be forwarded to the shard's node, if it could
@@ -1254,6 +1263,47 @@ static Access delegated_access(Oid function)
     return access;
 }
 
+// Set when this transaction lets Citus delegate a call that may write to
+// another node (prepare_delegation); reset when the transaction ends.  A
+// rollback to a savepoint leaves it set: at worst one two-phase commit more.
+static bool delegated_write = false;
+
+// At the commit of a transaction that wrote on this node (it has a
+// transaction id) and let Citus delegate a call that may write to another:
+// Citus would commit that node's part -- the claim, or its completion --
+// with a one-phase COMMIT before this node's commit record, since it does
+// not count writes to tables it does not manage, and a crash between the
+// two would keep the completed claim without this node's writes: a retry
+// would replay a response whose work is lost.  So Citus is asked for
+// two-phase commit, as for keys kept here.  Runs before Citus's pre-commit
+// work: the library is loaded after Citus's, and transaction callbacks run
+// newest first.  (A sequence's nextval assigns a transaction id too, at
+// every 32nd value it logs: then two-phase commit is not needed, but this
+// cannot tell.)  Where Citus cannot be asked (PostgreSQL 16 and later), the
+// commit goes on as Citus makes it -- refusing it would fail requests
+// whenever a sequence logs -- and doc/citus.md says to keep a request's
+// writes in distributed tables.
+static void on_transaction_event(XactEvent event, void *)
+{
+    if (!delegated_write)
+        return;
+    switch (event)
+    {
+        case XACT_EVENT_PRE_COMMIT:
+            if (TransactionIdIsValid(GetTopTransactionIdIfAny()))
+                (void)errors_without_request_data(
+                    [](FunctionCallInfo) { return BoolGetDatum(request_two_phase()); }, nullptr);
+            break;
+        case XACT_EVENT_COMMIT:
+        case XACT_EVENT_ABORT:
+        case XACT_EVENT_PREPARE:
+            delegated_write = false;
+            break;
+        default:
+            break;
+    }
+}
+
 // What the hook does with a delegated call's constant scope, through the
 // error boundary: the statement may hold request data.  Arguments: the
 // scope, its type (text, bigint or uuid), the key (NULL unless a begin's
@@ -1296,6 +1346,7 @@ static Datum prepare_delegation(FunctionCallInfo fcinfo)
     Placement placement = place(keys, scope);
     if (access == Access::reads || placement.local)
         return (Datum)0; // a read, or runs here and locks for itself
+    delegated_write = true;
     if (access == Access::begins && !fcinfo->args[2].isnull &&
         replays_without_lock(keys, placement, scope, fcinfo->args[2].value))
         return (Datum)0;
@@ -1367,6 +1418,7 @@ void guard_delegation()
         return; // Citus is not loaded before us: nothing delegates our calls
     previous_planner = planner_hook;
     planner_hook = plan_delegated_call;
+    RegisterXactCallback(on_transaction_event, nullptr);
 }
 
 bool worker_node()
