@@ -181,6 +181,25 @@ static Datum column(Relation rel, HeapTuple tuple, const char *name, Oid type, b
                     errhint("Undistribute it and run idempotency_distribute().")));
 }
 
+// Citus's SQL-level function pg_catalog.`name`(`types`), which the extension
+// calls directly (fmgr): its stable interface, exported on every
+// PostgreSQL version, unlike the C routines behind it.  Looked up at each
+// use, so that an update of Citus that recreates it is followed.  0A000 when
+// Citus has no such function, or with missing_ok InvalidOid.
+static Oid citus_function(const char *name, int nargs, const Oid *types, bool missing_ok = false)
+{
+    Oid function = LookupFuncName(
+        list_make2(makeString(pstrdup("pg_catalog")), makeString(pstrdup(name))), nargs, types,
+        true);
+    if (!OidIsValid(function) && !missing_ok)
+        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                        errmsg("Citus has no function pg_catalog.%s with the arguments the "
+                               "extension passes",
+                               name),
+                        errhint("Use a tested Citus version (see doc/citus.md).")));
+    return function;
+}
+
 // Reads the partition row of `keys`: whether it is distributed, and how.
 static void read_partition(Layout &next, Oid pg_dist_partition)
 {
@@ -217,13 +236,7 @@ static void read_partition(Layout &next, Oid pg_dist_partition)
     // "any"), called directly: it learns the type of its second argument
     // from the call's expression, here one of the column's type.
     Oid argument_types[] = {REGCLASSOID, ANYOID};
-    Oid shard_id =
-        LookupFuncName(list_make2(makeString(pstrdup("pg_catalog")),
-                                  makeString(pstrdup("get_shard_id_for_distribution_column"))),
-                       2, argument_types, true);
-    if (!OidIsValid(shard_id))
-        unsupported_layout("Citus has no function pg_catalog.get_shard_id_for_distribution_column"
-                           "(regclass, \"any\").");
+    Oid shard_id = citus_function("get_shard_id_for_distribution_column", 2, argument_types);
     fmgr_info_cxt(shard_id, &next.shard_id, layout_context);
     next.shard_id.fn_expr = reinterpret_cast<Node *>(
         makeFuncExpr(shard_id, INT8OID,
@@ -556,24 +569,6 @@ static void metadata_locktag(LOCKTAG *tag, const Placement &placement)
                          colocated_shards_metadata_lock);
 }
 
-// Citus's SQL-level function pg_catalog.`name`(`types`), which the extension
-// calls directly (fmgr): its stable interface, exported on every
-// PostgreSQL version, unlike the C routines behind it.  Looked up at each
-// use, so that an update of Citus that recreates it is followed.
-static Oid citus_function(const char *name, int nargs, const Oid *types)
-{
-    Oid function = LookupFuncName(
-        list_make2(makeString(pstrdup("pg_catalog")), makeString(pstrdup(name))), nargs, types,
-        true);
-    if (!OidIsValid(function))
-        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                        errmsg("Citus has no function pg_catalog.%s with the arguments the "
-                               "extension passes",
-                               name),
-                        errhint("Use a tested Citus version (see doc/citus.md).")));
-    return function;
-}
-
 // The shard's metadata lock in ShareLock, as Citus's own router writes take
 // it before they pick a placement: the lock a move or split takes in
 // ExclusiveLock before it switches the shard over.  Held to the end of the
@@ -608,14 +603,21 @@ static bool lock_metadata(Oid keys, const Placement &placement, bool wait)
 }
 
 // Finds and locks the shard relation, named by Citus's SQL-level
-// shard_name() (schema-qualified and quoted as needed), through PostgreSQL's
+// shard_name() (quoted as needed, and schema-qualified: it leaves out only
+// the schema public, never the keys'), through PostgreSQL's
 // own lookup, which checks the name again after the lock.  InvalidOid when
-// skip_if_busy and it is busy.
+// skip_if_busy and it is busy.  Citus 13.1 added shard_name's third
+// argument (whether to leave out public) and dropped the two-argument form.
+// (The keys are always idempotency.keys: store.cpp.)
 static Oid lock_shard_relation(Oid keys, int64 shard, LOCKMODE lockmode, bool skip_if_busy)
 {
     Oid types[] = {REGCLASSOID, INT8OID, BOOLOID};
-    Datum name = OidFunctionCall3(citus_function("shard_name", 3, types), ObjectIdGetDatum(keys),
-                                  Int64GetDatum(shard), BoolGetDatum(false));
+    Oid shard_name = citus_function("shard_name", 3, types, true);
+    Datum name = OidIsValid(shard_name)
+                     ? OidFunctionCall3(shard_name, ObjectIdGetDatum(keys), Int64GetDatum(shard),
+                                        BoolGetDatum(false))
+                     : OidFunctionCall2(citus_function("shard_name", 2, types),
+                                        ObjectIdGetDatum(keys), Int64GetDatum(shard));
     RangeVar *relation =
         makeRangeVarFromNameList(compat::qualified_name_list(TextDatumGetCString(name)));
     Oid relid = RangeVarGetRelidExtended(
