@@ -188,9 +188,9 @@ static Datum column(Relation rel, HeapTuple tuple, const char *name, Oid type, b
 // Citus has no such function, or with missing_ok InvalidOid.
 static Oid citus_function(const char *name, int nargs, const Oid *types, bool missing_ok = false)
 {
-    Oid function = LookupFuncName(
-        list_make2(makeString(pstrdup("pg_catalog")), makeString(pstrdup(name))), nargs, types,
-        true);
+    Oid function =
+        LookupFuncName(list_make2(makeString(pstrdup("pg_catalog")), makeString(pstrdup(name))),
+                       nargs, types, true);
     if (!OidIsValid(function) && !missing_ok)
         ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
                         errmsg("Citus has no function pg_catalog.%s with the arguments the "
@@ -262,9 +262,9 @@ static void read_partition(Layout &next, Oid pg_dist_partition)
 // this file relies on -- the columns of its catalogs, the tag of the shard
 // metadata lock tried without waiting, the signatures of the routines and
 // flags its library exports (up to PostgreSQL 15) -- each run by
-// test/t/060_citus.pl (14.0 on PostgreSQL 18).  A later version could change one of them without
-// anything here noticing, so distributed keys are refused on any other
-// version rather than kept unprotected.
+// test/t/060_citus.pl (14.0 on PostgreSQL 18).  A later version could
+// change one of them without anything here noticing, so distributed keys
+// are refused on any other version rather than kept unprotected.
 static const char *const tested_citus_versions[] = {"13.0", "13.1", "13.2", "14.0"};
 
 static void require_tested_citus()
@@ -463,8 +463,7 @@ Datum scope_as(Oid type, Datum scope)
 // SQL-level functions that check the caller's rights on the keys (the
 // caller of the API need not have any).  The user is restored by the abort
 // of an error, as for any security-restricted operation.
-template <typename Call>
-static Datum as_owner(Oid owner, Call call)
+template <typename Call> static Datum as_owner(Oid owner, Call call)
 {
     Oid user;
     int security;
@@ -620,8 +619,9 @@ static Oid lock_shard_relation(Oid keys, int64 shard, LOCKMODE lockmode, bool sk
                                         ObjectIdGetDatum(keys), Int64GetDatum(shard));
     RangeVar *relation =
         makeRangeVarFromNameList(compat::qualified_name_list(TextDatumGetCString(name)));
-    Oid relid = RangeVarGetRelidExtended(
-        relation, lockmode, RVR_MISSING_OK | (skip_if_busy ? RVR_SKIP_LOCKED : 0), nullptr, nullptr);
+    Oid relid = RangeVarGetRelidExtended(relation, lockmode,
+                                         RVR_MISSING_OK | (skip_if_busy ? RVR_SKIP_LOCKED : 0),
+                                         nullptr, nullptr);
     if (!OidIsValid(relid) && !OidIsValid(RangeVarGetRelid(relation, NoLock, true)))
         ereport(ERROR,
                 (errcode(ERRCODE_UNDEFINED_TABLE),
