@@ -262,9 +262,10 @@ static void read_partition(Layout &next, Oid pg_dist_partition)
 // this file relies on -- the columns of its catalogs, the tag of the shard
 // metadata lock tried without waiting, the signatures of the routines and
 // flags its library exports (up to PostgreSQL 15) -- each run by
-// test/t/060_citus.pl (14.0 on PostgreSQL 18).  A later version could
-// change one of them without anything here noticing, so distributed keys
-// are refused on any other version rather than kept unprotected.
+// test/t/060_citus.pl (13.2 also on PostgreSQL 17, 14.0 on 18).  A later
+// version could change one of them without anything here noticing, so
+// distributed keys are refused on any other version rather than kept
+// unprotected.
 static const char *const tested_citus_versions[] = {"13.0", "13.1", "13.2", "14.0"};
 
 static void require_tested_citus()
