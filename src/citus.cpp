@@ -101,9 +101,14 @@ static Layout layout = {};
 static uint64 invalidations = 1;
 static MemoryContext layout_context = nullptr;
 
+// Citus's catalog of distributed objects, once citus_distributed_function()
+// read it: its invalidations count too.
+static Oid watched_dist_object = InvalidOid;
+
 static void invalidate_layout(Datum, Oid relid)
 {
-    bool concerned = relid == InvalidOid || relid == layout.keys;
+    bool concerned = relid == InvalidOid || relid == layout.keys ||
+                     (OidIsValid(watched_dist_object) && relid == watched_dist_object);
     for (Oid watched : layout.catalogs)
         concerned = concerned || (OidIsValid(watched) && relid == watched);
     if (concerned)
@@ -344,7 +349,8 @@ static void read_shards(Layout &next, Oid pg_dist_shard, Oid pg_dist_placement)
 }
 
 // The layout of `keys`, read again when an invalidation may have changed it.
-static const Layout &layout_of(Oid keys)
+// Registers invalidate_layout, once per backend.
+static void watch_invalidations()
 {
     static bool callback_registered = false;
     if (!callback_registered)
@@ -352,6 +358,11 @@ static const Layout &layout_of(Oid keys)
         CacheRegisterRelcacheCallback(invalidate_layout, (Datum)0);
         callback_registered = true;
     }
+}
+
+static const Layout &layout_of(Oid keys)
+{
+    watch_invalidations();
     while (layout.keys != keys || layout.generation != invalidations)
     {
         uint64 generation = invalidations;
@@ -1307,6 +1318,40 @@ static void on_transaction_event(XactEvent event, void *)
     }
 }
 
+// Whether Citus distributes `function` by an argument (a row of
+// pg_dist_object with a distribution argument): a call of it in a
+// transaction block is delegated to that argument's node, where a handler's
+// claim is made.  The last answer is kept until an invalidation of
+// pg_dist_object (Citus's trigger on it sends one) or of the layout.
+static bool citus_distributed_function(Oid function)
+{
+    static struct
+    {
+        Oid function;
+        uint64 generation;
+        bool distributed;
+    } last = {};
+    watch_invalidations();
+    if (last.function == function && last.generation == invalidations)
+        return last.distributed;
+    uint64 generation = invalidations;
+    Oid pg_dist_object = catalog("pg_dist_object");
+    watched_dist_object = pg_dist_object;
+    bool distributed = false;
+    if (OidIsValid(pg_dist_object))
+        scan_catalog(pg_dist_object, "pg_dist_object_pkey", "objid", OIDOID, F_OIDEQ,
+                     ObjectIdGetDatum(function), [&](Relation rel, HeapTuple tuple) {
+                         bool isnull, no_argument;
+                         Oid classid =
+                             DatumGetObjectId(column(rel, tuple, "classid", OIDOID, &isnull));
+                         column(rel, tuple, "distribution_argument_index", INT4OID, &no_argument);
+                         distributed =
+                             distributed || (classid == ProcedureRelationId && !no_argument);
+                     });
+    last = {function, generation, distributed};
+    return distributed;
+}
+
 // What the hook does with a delegated call's constant scope, through the
 // error boundary: the statement may hold request data.  Arguments: the
 // scope, its type (text, bigint or uuid), the key (NULL unless a begin's
@@ -1373,6 +1418,11 @@ static PlannedStmt *plan_delegated_call(Query *query, const char *text, int opti
     FuncExpr *call = single_call(query);
     Access access =
         call != nullptr && call->args != NIL ? delegated_access(call->funcid) : Access::none;
+    // A distributed handler called in a transaction block, which Citus
+    // delegates with force_delegation: it may claim on another node.
+    if (access == Access::none && call != nullptr && IsTransactionBlock() &&
+        citus_distributed_function(call->funcid) && store::keys_in_shards())
+        delegated_write = true;
     if (access != Access::none)
     {
         PlannerGlobal glob = {};

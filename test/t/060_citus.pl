@@ -101,13 +101,20 @@ sub wait_for_wait_event
 }
 
 # A request's statements inside its transaction: begin, order, complete.
-# With local_order, the order in a table of the coordinator; with forwarded,
+# With handler, a call of a force-delegated handler instead, and an order
+# in a table of the coordinator too; with local_order, the order in a table
+# of the coordinator; with forwarded,
 # that too, and the calls in shapes Citus does not delegate (forwarded to
 # the shard's node).
 sub request_statements
 {
 	my ($tenant, $key, %opts) = @_;
 	my $local_order = sprintf(q{INSERT INTO local_orders VALUES (%s, %s)}, quote($tenant), quote($key));
+	# (A handler's call, then the order on the coordinator, and a stand-in
+	# for the completion the handler made.)
+	return (sprintf(q{SELECT outcome FROM place_order_forced(%s, %s, 'POST /orders')}, quote($tenant), quote($key)),
+		$local_order, 'SELECT true')
+	  if $opts{handler};
 	return (
 		'SELECT outcome FROM ' . begin_call($tenant, $key, 'POST /orders'),
 		$opts{local_order} ? $local_order : order_sql($tenant, $key),
@@ -193,7 +200,9 @@ sub retry_once
 	{
 		is(outcome_of($tenant, $key), $expected, "$point, $key: the retry is told $expected");
 	}
-	is($opts{forwarded} || $opts{local_order} ? local_order_count($key) : order_count($tenant, $key),
+	is($opts{forwarded} || $opts{local_order} || $opts{handler}
+		? local_order_count($key)
+		: order_count($tenant, $key),
 		'1', "$point, $key: exactly one order");
 	return;
 }
@@ -604,6 +613,35 @@ for my $point ($without_exports ? () : qw(pre_commit post_commit))
 		"$point, $key: the order " . ($claimed ? 'rolled back' : 'committed') . ' with the claim');
 	retry_once($point, 'ten3', $key, $claimed ? 'claimed' : 'replay', local_order => 1);
 }
+# The same through a handler that Citus delegates in a transaction block
+# (force_delegation), whose claim the coordinator does not see: a call of a
+# function Citus distributes counts as a delegated write.
+query(q{CREATE FUNCTION place_order_forced(p_tenant text, p_key text, p_item text)
+            RETURNS idempotency_begin_result LANGUAGE plpgsql AS $$
+        DECLARE
+            answer idempotency_begin_result;
+        BEGIN
+            answer := idempotency_begin(p_tenant, p_key, request_hash(p_item));
+            IF answer.outcome = 'claimed' THEN
+                INSERT INTO orders (tenant, idem_key, item) VALUES (p_tenant, p_key, p_item);
+                PERFORM idempotency_complete(p_tenant, p_key, 201);
+            END IF;
+            RETURN answer;
+        END $$;
+        SELECT create_distributed_function('place_order_forced(text, text, text)', 'p_tenant',
+                                           colocate_with => 'orders', force_delegation => true)});
+for my $point ($without_exports ? () : qw(pre_commit post_commit))
+{
+	my $key = "handler-local-$point";
+	my $prepared = crash_at_commit_point($point, 'ten3', $key, handler => 1);
+	is($prepared, '1', "$point, $key: the shard's node held the handler's claim as a prepared transaction");
+	my $claimed = $point eq 'pre_commit';
+	is(local_order_count($key), $claimed ? '0' : '1',
+		"$point, $key: the order " . ($claimed ? 'rolled back' : 'committed') . ' with the claim');
+	retry_once($point, 'ten3', $key, $claimed ? 'claimed' : 'replay', handler => 1);
+	is(order_count('ten3', $key), '1', "$point, $key: ... and the handler's own order once");
+}
+
 # Without a write on the coordinator, the worker commits alone, in one phase.
 # (The order's id is given: a nextval that logs its sequence is a write on
 # the coordinator too.)
