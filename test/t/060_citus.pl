@@ -207,6 +207,39 @@ sub retry_once
 	return;
 }
 
+# A coordinator crash at each commit point of a request whose order is in a
+# table of the coordinator (%opts as for request_statements, with
+# forwarded, local_order or handler), then its retry: the shard's node held
+# the claim as a prepared transaction, so the order rolled back or committed
+# with it, and the retry claims or replays.
+sub crash_with_local_order
+{
+	my ($name, %opts) = @_;
+	for my $point (qw(pre_commit post_commit))
+	{
+		my $key = "$name-$point";
+		my $prepared = crash_at_commit_point($point, 'ten3', $key, %opts);
+		is($prepared, '1', "$point, $key: the shard's node held the claim as a prepared transaction");
+		my $claimed = $point eq 'pre_commit';
+		is(local_order_count($key), $claimed ? '0' : '1',
+			"$point, $key: the order " . ($claimed ? 'rolled back' : 'committed') . ' with the claim');
+		retry_once($point, 'ten3', $key, $claimed ? 'claimed' : 'replay', %opts);
+		is(order_count('ten3', $key), '1', "$point, $key: ... and the handler's own order once")
+		  if $opts{handler};
+	}
+	return;
+}
+
+# Runs @statements in a transaction block on the coordinator with Citus's
+# remote commands logged; returns psql's exit code and output, and the log.
+sub commit_logged
+{
+	my (@statements) = @_;
+	return $coordinator->psql($db,
+		join ";\n", 'SET citus.log_remote_commands = on', 'SET client_min_messages = log',
+		'BEGIN', @statements, 'COMMIT');
+}
+
 # ---------------------------------------------------------------------------
 # Keys on the coordinator, orders distributed: two-phase commit
 # ---------------------------------------------------------------------------
@@ -597,21 +630,14 @@ query(q{CREATE TABLE local_orders (tenant text, idem_key text)});
 # commits as Citus commits it, in one phase (doc/citus.md, Limits).
 if ($without_exports)
 {
-	my ($ret, $stdout, $stderr) = $coordinator->psql($db,
-		join ";\n", 'SET citus.log_remote_commands = on', 'SET client_min_messages = log',
-		'BEGIN', request_statements('ten3', 'delegated-local', local_order => 1), 'COMMIT');
+	my ($ret, $stdout, $stderr) =
+	  commit_logged(request_statements('ten3', 'delegated-local', local_order => 1));
 	is("$ret|$stdout", "0|claimed\nt", 'an order on the coordinator with delegated calls commits');
 	unlike($stderr, qr/PREPARE TRANSACTION/, '... in one phase (a documented limit)');
 }
-for my $point ($without_exports ? () : qw(pre_commit post_commit))
+else
 {
-	my $key = "delegated-local-$point";
-	my $prepared = crash_at_commit_point($point, 'ten3', $key, local_order => 1);
-	is($prepared, '1', "$point, $key: the shard's node held the claim as a prepared transaction");
-	my $claimed = $point eq 'pre_commit';
-	is(local_order_count($key), $claimed ? '0' : '1',
-		"$point, $key: the order " . ($claimed ? 'rolled back' : 'committed') . ' with the claim');
-	retry_once($point, 'ten3', $key, $claimed ? 'claimed' : 'replay', local_order => 1);
+	crash_with_local_order('delegated-local', local_order => 1);
 }
 # The same through a handler that Citus delegates in a transaction block
 # (force_delegation), whose claim the coordinator does not see: a call of a
@@ -630,17 +656,7 @@ query(q{CREATE FUNCTION place_order_forced(p_tenant text, p_key text, p_item tex
         END $$;
         SELECT create_distributed_function('place_order_forced(text, text, text)', 'p_tenant',
                                            colocate_with => 'orders', force_delegation => true)});
-for my $point ($without_exports ? () : qw(pre_commit post_commit))
-{
-	my $key = "handler-local-$point";
-	my $prepared = crash_at_commit_point($point, 'ten3', $key, handler => 1);
-	is($prepared, '1', "$point, $key: the shard's node held the handler's claim as a prepared transaction");
-	my $claimed = $point eq 'pre_commit';
-	is(local_order_count($key), $claimed ? '0' : '1',
-		"$point, $key: the order " . ($claimed ? 'rolled back' : 'committed') . ' with the claim');
-	retry_once($point, 'ten3', $key, $claimed ? 'claimed' : 'replay', handler => 1);
-	is(order_count('ten3', $key), '1', "$point, $key: ... and the handler's own order once");
-}
+crash_with_local_order('handler-local', handler => 1) unless $without_exports;
 
 # Without a write on the coordinator, the worker commits alone, in one phase.
 # (The order's id is given: a nextval that logs its sequence is a write on
@@ -648,9 +664,7 @@ for my $point ($without_exports ? () : qw(pre_commit post_commit))
 {
 	my @statements = request_statements('ten3', 'one-phase');
 	$statements[1] = q{INSERT INTO orders (tenant, id, idem_key, item) VALUES ('ten3', -1, 'one-phase', 'book')};
-	my ($ret, $stdout, $stderr) = $coordinator->psql($db,
-		join ";\n", 'SET citus.log_remote_commands = on', 'SET client_min_messages = log',
-		'BEGIN', @statements, 'COMMIT');
+	my ($ret, $stdout, $stderr) = commit_logged(@statements);
 	is("$ret|$stdout", "0|claimed\nt", 'a request with its order distributed');
 	unlike($stderr, qr/PREPARE TRANSACTION/, '... commits without two-phase commit');
 }
@@ -658,16 +672,7 @@ for my $point ($without_exports ? () : qw(pre_commit post_commit))
 # The same with the calls forwarded to the shard's node and the order in a
 # table of the coordinator: the claim on the worker and the order on the
 # coordinator commit with two-phase commit.
-for my $point ($without_exports ? () : qw(pre_commit post_commit))
-{
-	my $key = "forwarded-$point";
-	my $prepared = crash_at_commit_point($point, 'ten3', $key, forwarded => 1);
-	is($prepared, '1', "$point, $key: the shard's node held the claim as a prepared transaction");
-	my $claimed = $point eq 'pre_commit';
-	is(local_order_count($key), $claimed ? '0' : '1',
-		"$point, $key: the order " . ($claimed ? 'rolled back' : 'committed') . ' with the claim');
-	retry_once($point, 'ten3', $key, $claimed ? 'claimed' : 'replay', forwarded => 1);
-}
+crash_with_local_order('forwarded', forwarded => 1) unless $without_exports;
 
 # ---------------------------------------------------------------------------
 # A shard move under load
