@@ -193,6 +193,20 @@ COMMENT ON TABLE idempotency.route IS
     'always empty; with Citus, distributed with the keys: calls that reach a node without their scope''s shard are routed to it through this table';
 REVOKE ALL ON TABLE idempotency.route FROM PUBLIC;
 
+-- Always empty too, as a fresh install has it.  With Citus and the keys kept on the coordinator, a
+-- write of a key asks Citus to commit the transaction's distributed writes
+-- in two phases, with the claim; from PostgreSQL 16 on, Citus's library
+-- exports no routine for that, and the SQL-level way is an update of this
+-- table made a reference table by the DBA (create_reference_table), which
+-- Citus commits in two phases (see doc/citus.md, "Keys on the coordinator").
+CREATE TABLE idempotency.two_phase (
+    marked boolean,
+    CONSTRAINT two_phase_stays_empty CHECK (false)
+);
+COMMENT ON TABLE idempotency.two_phase IS
+    'always empty; with Citus and the keys on the coordinator, made a reference table: each transaction that writes a key updates it, so that Citus commits in two phases';
+REVOKE ALL ON TABLE idempotency.two_phase FROM PUBLIC;
+
 -- idempotency_distribute() takes those tenant columns, and distributes the
 -- routing table.  It is only ever run
 -- by a superuser: dropped and created again, with the grants of a fresh

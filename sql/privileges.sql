@@ -76,8 +76,10 @@ SELECT c.relname, a.attname FROM pg_class c JOIN pg_attribute a ON a.attrelid = 
 SELECT p.proname FROM pg_proc p
  WHERE p.pronamespace = 'idempotency'::regnamespace
    AND has_function_privilege('public', p.oid, 'EXECUTE');
--- The routing table holds no row, even for its owner.
+-- The routing table and the two-phase table hold no row, even for their
+-- owner.
 INSERT INTO idempotency.route VALUES ('t');
+INSERT INTO idempotency.two_phase VALUES (true);
 DROP EXTENSION idempotency;
 DROP ROLE regress_idem_app;
 DROP ROLE regress_idem_outsider;

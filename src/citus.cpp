@@ -205,6 +205,16 @@ static Oid citus_function(const char *name, int nargs, const Oid *types, bool mi
     return function;
 }
 
+static Oid relation_owner(Oid relid)
+{
+    HeapTuple relation = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+    if (!HeapTupleIsValid(relation))
+        elog(ERROR, "cache lookup failed for relation %u", relid);
+    Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(relation))->relowner;
+    ReleaseSysCache(relation);
+    return owner;
+}
+
 // Reads the partition row of `keys`: whether it is distributed, and how.
 static void read_partition(Layout &next, Oid pg_dist_partition)
 {
@@ -248,11 +258,7 @@ static void read_partition(Layout &next, Oid pg_dist_partition)
                      list_make2(makeNullConst(REGCLASSOID, -1, InvalidOid),
                                 makeNullConst(var->vartype, -1, var->varcollid)),
                      InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL));
-    HeapTuple relation = SearchSysCache1(RELOID, ObjectIdGetDatum(next.keys));
-    if (!HeapTupleIsValid(relation))
-        elog(ERROR, "cache lookup failed for relation %u", next.keys);
-    next.owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(relation))->relowner;
-    ReleaseSysCache(relation);
+    next.owner = relation_owner(next.keys);
     if (next.by_shard_key)
     {
         Oid input;
@@ -660,22 +666,27 @@ static Placement lock_placement(Oid keys, Datum scope)
     return placement;
 }
 
+// Whether Citus coordinates this database's transactions: only in a
+// database that has its extension (read at each call, an index probe of
+// pg_extension, so that a CREATE EXTENSION citus is seen at once).
+static bool citus_in_database()
+{
+    return loaded() && OidIsValid(get_extension_oid("citus", true));
+}
+
 // Asks Citus to commit the coordinated transaction -- if any: a transaction
 // that writes on workers -- with two-phase commit.  Otherwise Citus commits
 // the workers' part with a one-phase COMMIT before the local commit, and a
 // crash in between keeps a business write whose claim is lost.  Citus's flag
 // is read at pre-commit and reset at the end of the transaction, so setting
-// it at any write of the transaction suffices.  Citus coordinates
-// transactions only in a database that has its extension (read at each
-// call, an index probe of pg_extension, so that a CREATE EXTENSION citus is
-// seen at once).  Citus has no SQL-level way to ask for it: the routine is
-// looked up in the loaded library by name (kept for the backend's life: a
-// loaded library is never unloaded).  Returns false where Citus does not
-// export it -- from PostgreSQL 16 on, extension libraries export only their
-// SQL functions.
+// it at any write of the transaction suffices.  By Citus's C routine, looked
+// up in the loaded library by name (kept for the backend's life: a loaded
+// library is never unloaded).  Returns false where Citus does not export it
+// -- from PostgreSQL 16 on, extension libraries export only their SQL
+// functions; two_phase_by_reference_table is the SQL-level way.
 static bool request_two_phase()
 {
-    if (!loaded() || !OidIsValid(get_extension_oid("citus", true)))
+    if (!citus_in_database())
         return true; // no coordinated transactions
     static void (*use_2pc)() = nullptr;
     if (use_2pc == nullptr)
@@ -686,26 +697,103 @@ static bool request_two_phase()
     return true;
 }
 
-// request_two_phase() for a write of keys kept on this node, or of a call
-// forwarded to another: refused (0A000) before it writes where Citus cannot
-// be asked.
-static void force_two_phase()
+// Whether Citus keeps `table` as a reference table placed on more than one
+// node: an update of it then has several placements, and Citus commits
+// such a transaction in two phases.
+static bool replicated_reference_table(Oid table)
 {
-    if (!request_two_phase())
-        ereport(ERROR,
-                (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                 errmsg("the loaded Citus library does not export "
-                        "Use2PCForCoordinatedTransaction"),
-                 errdetail("With keys on this node, or a call forwarded to another node, the "
-                           "extension asks Citus by that routine to commit a claim and the "
-                           "distributed writes of its transaction together.%s",
-                           PG_VERSION_NUM >= 160000
-                               ? " From PostgreSQL 16 on, extension libraries are built with "
-                                 "hidden symbols: Citus's exports only its SQL functions."
-                               : ""),
-                 errhint("Distribute the keys with idempotency_distribute() and call the "
-                         "functions in a shape Citus delegates (see doc/citus.md)%s.",
-                         PG_VERSION_NUM >= 160000 ? ", or use PostgreSQL 15" : "")));
+    Oid partitions = catalog("pg_dist_partition"), shards = catalog("pg_dist_shard"),
+        placements = catalog("pg_dist_placement");
+    if (!OidIsValid(partitions) || !OidIsValid(shards) || !OidIsValid(placements))
+        return false;
+    char method = 0, model = 0;
+    scan_catalog(partitions, "pg_dist_partition_logical_relid_index", "logicalrelid", REGCLASSOID,
+                 F_OIDEQ, ObjectIdGetDatum(table), [&](Relation rel, HeapTuple tuple) {
+                     bool isnull;
+                     method = DatumGetChar(column(rel, tuple, "partmethod", CHAROID, &isnull));
+                     model = DatumGetChar(column(rel, tuple, "repmodel", CHAROID, &isnull));
+                 });
+    if (method != 'n' || model != 't')
+        return false;
+    int shard_count = 0;
+    int64 shard = 0;
+    scan_catalog(shards, "pg_dist_shard_logical_relid_index", "logicalrelid", REGCLASSOID, F_OIDEQ,
+                 ObjectIdGetDatum(table), [&](Relation rel, HeapTuple tuple) {
+                     bool isnull;
+                     shard = DatumGetInt64(column(rel, tuple, "shardid", INT8OID, &isnull));
+                     shard_count++;
+                 });
+    int placement_count = 0;
+    if (shard_count == 1)
+        scan_catalog(placements, "pg_dist_placement_shardid_index", "shardid", INT8OID, F_INT8EQ,
+                     Int64GetDatum(shard), [&](Relation, HeapTuple) { placement_count++; });
+    return placement_count > 1;
+}
+
+// The transaction whose commit two_phase_by_reference_table made two-phase.
+static LocalTransactionId two_phase_updated = InvalidLocalTransactionId;
+
+// The SQL-level request for two-phase commit, on every PostgreSQL version:
+// when the DBA made idempotency.two_phase a reference table
+// (create_reference_table), an UPDATE of it -- of no row: it is always
+// empty -- which Citus commits in two phases with the rest of the
+// transaction.  Once per transaction, while the update's RowExclusiveLock
+// on the table is held: a rollback to a savepoint releases it, and the next
+// write updates the table again (Citus keeps its choice to the end of the
+// transaction anyway).  Returns false when idempotency.two_phase is not
+// such a table.
+static bool two_phase_by_reference_table(Oid keys)
+{
+    Oid table = get_relname_relid("two_phase", get_rel_namespace(keys));
+    if (!OidIsValid(table))
+        return false;
+    if (two_phase_updated == compat::current_lxid() &&
+        compat::relation_lock_held(table, RowExclusiveLock))
+        return true;
+    if (!replicated_reference_table(table))
+        return false;
+    // (That such an update commits in two phases is Citus's own rule, not
+    // its interface.)
+    require_tested_citus();
+    char *update = psprintf(
+        "UPDATE %s SET marked = marked",
+        quote_qualified_identifier(get_namespace_name(get_rel_namespace(table)), "two_phase"));
+    as_owner(relation_owner(table), [&] {
+        SPI_connect();
+        int result = SPI_execute(update, false, 0);
+        if (result != SPI_OK_UPDATE)
+            elog(ERROR, "the update of idempotency.two_phase failed (SPI %d)", result);
+        SPI_finish();
+        return (Datum)0;
+    });
+    two_phase_updated = compat::current_lxid();
+    return true;
+}
+
+// Two-phase commit for a write of keys kept on this node (by
+// idempotency.two_phase where the DBA made it a reference table, else by
+// Citus's routine), or of a call forwarded to another (by the routine,
+// which Citus exports wherever it exports what forwarding needs): refused
+// (55000) before it writes where Citus cannot be asked.
+static void force_two_phase(Oid keys)
+{
+    if (!citus_in_database() || (!distributes(keys) && two_phase_by_reference_table(keys)) ||
+        request_two_phase())
+        return;
+    ereport(ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("idempotency.two_phase is not a Citus reference table"),
+             errdetail("With keys on this node, a write asks Citus to commit the transaction's "
+                       "distributed writes in two phases, with the claim: by an update of "
+                       "idempotency.two_phase as a reference table, or by Citus's routine "
+                       "Use2PCForCoordinatedTransaction, "
+                       "which the loaded Citus library does not export%s.",
+                       PG_VERSION_NUM >= 160000
+                           ? " (from PostgreSQL 16 on, extension libraries are built with "
+                             "hidden symbols)"
+                           : ""),
+             errhint("Run SELECT create_reference_table('idempotency.two_phase') on the "
+                     "coordinator, or distribute the keys with idempotency_distribute().")));
 }
 
 // `why`: why the call cannot be forwarded to the shard's node, if it could
@@ -778,7 +866,7 @@ Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode, bool elsewhere_
         if (!placement.local)
             refuse_local_keys_on_worker();
         if (lockmode != AccessShareLock)
-            force_two_phase();
+            force_two_phase(keys);
         return keys;
     }
     // Role OIDs differ from node to node, and a shard move copies them as
@@ -1063,7 +1151,7 @@ Datum forward_call(FunctionCallInfo fcinfo, Datum scope)
     // The whole transaction commits with two-phase commit, the shard's node
     // prepared with the rest (see route_write).
     citus_execution().use_coordinated_transaction();
-    force_two_phase();
+    force_two_phase(keys);
     run_routed(routed, route_write);
     return call_on_shard_node(fcinfo, routed);
 }

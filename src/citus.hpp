@@ -39,11 +39,12 @@
 // When idempotency.keys is not distributed but Citus is loaded, a write to it
 // asks Citus to commit the coordinated transaction with two-phase commit, so
 // that distributed business writes in the same transaction cannot commit on
-// a worker while the local claim is lost in a crash (see force_two_phase).
-// Citus has no SQL-level request for it, nor for the execution state that
-// forwarding a call relies on: both come from the C routines Citus's
-// library exports, which from PostgreSQL 16 on it exports no longer (PGXS
-// hides them), and without them such writes and forwarded calls are refused.
+// a worker while the local claim is lost in a crash (see force_two_phase):
+// by an update of idempotency.two_phase where the DBA made it a reference
+// table, else by the C routine Citus's library exports up to PostgreSQL 15
+// (from 16 on PGXS hides it); without either such writes are refused.
+// Forwarding a call relies on Citus's execution state, which only those
+// exports give: from PostgreSQL 16 on, forwarded calls are refused.
 //
 // Cache (backend-local): the layout of the table -- whether it is
 // distributed, by which column, its shards in the order of their hash ranges

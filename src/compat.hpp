@@ -9,8 +9,10 @@ extern "C"
 {
 #include "access/genam.h"
 #include "catalog/pg_database.h"
+#include "miscadmin.h"
 #include "executor/executor.h"
 #include "nodes/parsenodes.h"
+#include "storage/lock.h"
 #include "storage/proc.h"
 #include "utils/relcache.h"
 #include "utils/regproc.h"
@@ -33,6 +35,19 @@ inline LocalTransactionId current_lxid()
     return MyProc->vxid.lxid;
 #else
     return MyProc->lxid;
+#endif
+}
+
+// Whether this backend holds `lockmode` itself on relation `relid` (17
+// added the choice of accepting a stronger mode).
+inline bool relation_lock_held(Oid relid, LOCKMODE lockmode)
+{
+    LOCKTAG tag;
+    SET_LOCKTAG_RELATION(tag, MyDatabaseId, relid);
+#if PG_VERSION_NUM >= 170000
+    return LockHeldByMe(&tag, lockmode, false);
+#else
+    return LockHeldByMe(&tag, lockmode);
 #endif
 }
 

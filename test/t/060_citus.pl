@@ -1,6 +1,8 @@
 # Citus: a coordinator and two workers on this machine.  Keys on the
-# coordinator with distributed business writes commit with two-phase commit,
-# so a coordinator crash at either commit point never duplicates work; keys
+# coordinator with distributed business writes (or schema-sharded ones)
+# commit with two-phase commit, asked of Citus by its routine (PostgreSQL 15)
+# or through idempotency.two_phase made a reference table, so a coordinator
+# crash at either commit point never duplicates work; keys
 # distributed with idempotency_distribute() live in the shard of their scope,
 # next to the tenant's rows, with concurrent same-key requests, coordinator
 # crashes, a shard move under load, a block_writes move waiting for a claim
@@ -243,30 +245,82 @@ sub commit_logged
 # ---------------------------------------------------------------------------
 # Keys on the coordinator, orders distributed: two-phase commit
 # ---------------------------------------------------------------------------
+# Citus is asked for it by its exported routine (PostgreSQL 15), or by an
+# update of idempotency.two_phase once it is a reference table (every
+# version).
+
+# A coordinator crash at each commit point of a request whose order is
+# distributed, then its retry: the worker held the order as a prepared
+# transaction, so it rolled back or committed with the claim.
+sub crash_with_distributed_order
+{
+	my ($name) = @_;
+	my $prepared = crash_at_commit_point('pre_commit', 'ten1', "$name-pre");
+	is($prepared, '1', "pre_commit, $name: the worker held the order as a prepared transaction");
+	is(order_count('ten1', "$name-pre"), '0', "pre_commit, $name: the order rolled back with the claim");
+	retry_once('pre_commit', 'ten1', "$name-pre", 'claimed');
+
+	$prepared = crash_at_commit_point('post_commit', 'ten1', "$name-post");
+	is($prepared, '1', "post_commit, $name: the worker held the order as a prepared transaction");
+	is(order_count('ten1', "$name-post"), '1', "post_commit, $name: the order committed with the claim");
+	retry_once('post_commit', 'ten1', "$name-post", 'replay');
+	return;
+}
+
 if ($without_exports)
 {
 	# A write is refused before it writes, with the reason; a lookup still
 	# answers.
 	my ($sqlstate, $err) =
 	  sql_error($coordinator, $db, 'SELECT outcome FROM ' . begin_call('ten1', 'local-pre', 'POST /orders'));
-	is($sqlstate, '0A000', 'keys on the coordinator: a begin is refused (0A000)');
-	like($err, qr/does not export Use2PCForCoordinatedTransaction/, '... naming the routine');
-	like($err, qr/HINT:.*idempotency_distribute\(\).*or use PostgreSQL 15/,
-		'... and saying what works: distributed keys, or PostgreSQL 15');
+	is($sqlstate, '55000', 'keys on the coordinator: a begin is refused (55000)');
+	like($err, qr/idempotency.two_phase is not a Citus reference table/, '... saying why');
+	like($err, qr/HINT:.*create_reference_table\('idempotency.two_phase'\).*idempotency_distribute\(\)/s,
+		'... and what to run');
 	is(query(q{SELECT count(*) FROM idempotency.keys}), '0', '... having written nothing');
 	is(query(q{SELECT count(*) FROM idempotency_lookup('ten1', 'local-pre')}), '0', 'a lookup answers');
 }
 else
 {
-	my $prepared = crash_at_commit_point('pre_commit', 'ten1', 'local-pre');
-	is($prepared, '1', 'pre_commit: the worker held the order as a prepared transaction');
-	is(order_count('ten1', 'local-pre'), '0', 'pre_commit: the order rolled back with the claim');
-	retry_once('pre_commit', 'ten1', 'local-pre', 'claimed');
+	crash_with_distributed_order('local');
+}
 
-	$prepared = crash_at_commit_point('post_commit', 'ten1', 'local-post');
-	is($prepared, '1', 'post_commit: the worker held the order as a prepared transaction');
-	is(order_count('ten1', 'local-post'), '1', 'post_commit: the order committed with the claim');
-	retry_once('post_commit', 'ten1', 'local-post', 'replay');
+query(q{SELECT create_reference_table('idempotency.two_phase')});
+crash_with_distributed_order('reference');
+{
+	# Updated once per transaction (two begins in the savepoint), and again
+	# after a rollback to the savepoint released the update's lock.
+	my $key = 'reference-savepoint';
+	my $begin = 'SELECT outcome FROM ' . begin_call('ten1', $key, 'POST /orders');
+	my ($rc, $stdout, $stderr) = commit_logged('SAVEPOINT s', $begin, $begin, 'ROLLBACK TO SAVEPOINT s',
+		$begin, order_sql('ten1', $key), 'SELECT ' . complete_call('ten1', $key, 201));
+	is($rc, 0, 'a request with a rollback to a savepoint commits');
+	# (Citus logs each placement's update, and each rollback it sends.)
+	my $sequence = join ',', map { /ROLLBACK/ ? 'rollback' : 'update' }
+	  $stderr =~ /(UPDATE idempotency\.two_phase_\d+|ROLLBACK TO SAVEPOINT)/g;
+	my ($before, $after) = split /(?:,?rollback)+,?/, $sequence;
+	ok($before && $after && $before eq $after,
+		'... idempotency.two_phase updated once in the savepoint, and again after its rollback')
+	  or diag("updates and rollbacks sent: $sequence");
+	like($stderr, qr/PREPARE TRANSACTION/, '... in two phases');
+	is(order_count('ten1', $key), '1', '... with its order');
+	is(outcome_of('ten1', $key), 'replay', '... and replays');
+}
+{
+	# Schema-based sharding, whose tables have no tenant column to
+	# distribute the keys by: a tenant's schema in one shard on a worker,
+	# the keys on the coordinator.
+	query('SET citus.enable_schema_based_sharding TO on; CREATE SCHEMA shop_7');
+	query('CREATE TABLE shop_7.orders (id bigserial PRIMARY KEY, idem_key text NOT NULL)');
+	my $key = 'reference-schema-sharded';
+	my ($rc, $stdout, $stderr) = commit_logged(
+		'SELECT outcome FROM ' . begin_call('shop_7', $key, 'POST /orders'),
+		qq{INSERT INTO shop_7.orders (idem_key) VALUES ('$key')},
+		'SELECT ' . complete_call('shop_7', $key, 201));
+	is($rc, 0, 'schema-based sharding, keys on the coordinator: a request commits');
+	like($stderr, qr/PREPARE TRANSACTION/, '... in two phases');
+	is(query(qq{SELECT count(*) FROM shop_7.orders WHERE idem_key = '$key'}), '1', '... with its order');
+	is(outcome_of('shop_7', $key), 'replay', '... and replays');
 }
 
 # A database without the citus extension, on the same server: Citus
@@ -336,8 +390,6 @@ query($create_handler);
 		# Integer tenants are (test/t/061), but the keys stored here have
 		# text scopes: refused, with nothing changed.
 		by_number => [ '22P02', qr/the scope of a stored key is not a value of type integer/ ]);
-	# (No key could be stored before on PostgreSQL 16 and later.)
-	delete $refusals{by_number} if $without_exports;
 	for my $table (sort keys %refusals)
 	{
 		my ($sqlstate, $stderr) =
@@ -346,9 +398,10 @@ query($create_handler);
 		like($stderr, $refusals{$table}[1], "... saying why ($table)");
 	}
 	query(q{SELECT idempotency_distribute('orders')});
-	# (None on PostgreSQL 16 and later, where no key could be stored there.)
-	my $stored = $without_exports ? '0' : '2';
-	is(query(q{SELECT count(*) FROM idempotency.keys WHERE key LIKE 'local-%'}),
+	# (Those stored through Citus's routine: none on PostgreSQL 16 and
+	# later; those stored through idempotency.two_phase: four.)
+	my $stored = $without_exports ? 4 : 6;
+	is(query(q{SELECT count(*) FROM idempotency.keys WHERE key LIKE 'local-%' OR key LIKE 'reference-%'}),
 		$stored, 'the coordinator\'s keys moved into the shards');
 	is(query(q{SELECT count(*) FROM ONLY idempotency.keys}), $stored,
 		'... and are read through Citus');
@@ -356,9 +409,8 @@ query($create_handler);
 	                                   WHERE logicalrelid = 'orders'::regclass)
 	             FROM pg_dist_partition WHERE logicalrelid = 'idempotency.keys'::regclass}),
 		't', 'idempotency.keys is co-located with orders');
-	is(outcome_of('ten1', 'local-pre'), 'replay',
-		'a key completed before distribution replays after it')
-	  unless $without_exports;
+	is(outcome_of('ten1', 'reference-post'), 'replay',
+		'a key completed before distribution replays after it');
 	is(query($documented_call), 'claimed', "doc/citus.md's call claims once the keys are distributed");
 	is(query($documented_call), 'replay', '... and replays when sent again');
 	# citus_stat_tenants counts the queries Citus's executor routes by tenant,
