@@ -43,6 +43,7 @@ extern "C"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/typcache.h"
 }
 
@@ -758,6 +759,11 @@ static bool two_phase_by_reference_table(Oid keys)
     char *update = psprintf(
         "UPDATE %s SET marked = marked",
         quote_qualified_identifier(get_namespace_name(get_rel_namespace(table)), "two_phase"));
+    // (At pre-commit no statement's snapshot is active any more; PostgreSQL
+    // fires deferred triggers there the same way.)
+    bool push_snapshot = !ActiveSnapshotSet();
+    if (push_snapshot)
+        PushActiveSnapshot(GetTransactionSnapshot());
     as_owner(relation_owner(table), [&] {
         SPI_connect();
         int result = SPI_execute(update, false, 0);
@@ -766,6 +772,8 @@ static bool two_phase_by_reference_table(Oid keys)
         SPI_finish();
         return (Datum)0;
     });
+    if (push_snapshot)
+        PopActiveSnapshot();
     two_phase_updated = compat::current_lxid();
     return true;
 }
@@ -1377,14 +1385,15 @@ static bool delegated_write = false;
 // not count writes to tables it does not manage, and a crash between the
 // two would keep the completed claim without this node's writes: a retry
 // would replay a response whose work is lost.  So Citus is asked for
-// two-phase commit, as for keys kept here.  Runs before Citus's pre-commit
-// work: the library is loaded after Citus's, and transaction callbacks run
-// newest first.  (A sequence's nextval assigns a transaction id too, at
-// every 32nd value it logs: then two-phase commit is not needed, but this
-// cannot tell.)  Where Citus cannot be asked (PostgreSQL 16 and later), the
-// commit goes on as Citus makes it -- refusing it would fail requests
-// whenever a sequence logs -- and doc/citus.md says to keep a request's
-// writes in distributed tables.
+// two-phase commit, as for keys kept here (by its routine, else through
+// idempotency.two_phase).  Runs before Citus's pre-commit work: the library
+// is loaded after Citus's, and transaction callbacks run newest first.  (A
+// sequence's nextval assigns a transaction id too, at every 32nd value it
+// logs: then two-phase commit is not needed, but this cannot tell.)  Where
+// Citus cannot be asked (PostgreSQL 16 and later, idempotency.two_phase not
+// a reference table), the commit goes on as Citus makes it -- refusing it
+// would fail requests whenever a sequence logs -- and doc/citus.md says to
+// keep a request's writes in distributed tables.
 static void on_transaction_event(XactEvent event, void *)
 {
     if (!delegated_write)
@@ -1394,7 +1403,11 @@ static void on_transaction_event(XactEvent event, void *)
         case XACT_EVENT_PRE_COMMIT:
             if (TransactionIdIsValid(GetTopTransactionIdIfAny()))
                 (void)errors_without_request_data(
-                    [](FunctionCallInfo) { return BoolGetDatum(request_two_phase()); }, nullptr);
+                    [](FunctionCallInfo) {
+                        return BoolGetDatum(request_two_phase() ||
+                                            two_phase_by_reference_table(store::keys_table()));
+                    },
+                    nullptr);
             break;
         case XACT_EVENT_COMMIT:
         case XACT_EVENT_ABORT:

@@ -678,19 +678,9 @@ query(q{CREATE TABLE local_orders (tenant text, idem_key text)});
 # claim) with a one-phase COMMIT before the coordinator's commit, and a crash
 # between the two would lose the order while a retry replays.  The
 # coordinator asks Citus for two-phase commit at the commit of such a
-# transaction.  Where it cannot (PostgreSQL 16 and later), the transaction
-# commits as Citus commits it, in one phase (doc/citus.md, Limits).
-if ($without_exports)
-{
-	my ($ret, $stdout, $stderr) =
-	  commit_logged(request_statements('ten3', 'delegated-local', local_order => 1));
-	is("$ret|$stdout", "0|claimed\nt", 'an order on the coordinator with delegated calls commits');
-	unlike($stderr, qr/PREPARE TRANSACTION/, '... in one phase (a documented limit)');
-}
-else
-{
-	crash_with_local_order('delegated-local', local_order => 1);
-}
+# transaction: by its routine (PostgreSQL 15), else through
+# idempotency.two_phase, a reference table since the tests above.
+crash_with_local_order('delegated-local', local_order => 1);
 # The same through a handler that Citus delegates in a transaction block
 # (force_delegation), whose claim the coordinator does not see: a call of a
 # function Citus distributes counts as a delegated write.
@@ -708,7 +698,7 @@ query(q{CREATE FUNCTION place_order_forced(p_tenant text, p_key text, p_item tex
         END $$;
         SELECT create_distributed_function('place_order_forced(text, text, text)', 'p_tenant',
                                            colocate_with => 'orders', force_delegation => true)});
-crash_with_local_order('handler-local', handler => 1) unless $without_exports;
+crash_with_local_order('handler-local', handler => 1);
 
 # Without a write on the coordinator, the worker commits alone, in one phase.
 # (The order's id is given: a nextval that logs its sequence is a write on
