@@ -764,6 +764,15 @@ static bool two_phase_by_reference_table(Oid keys)
     bool push_snapshot = !ActiveSnapshotSet();
     if (push_snapshot)
         PushActiveSnapshot(GetTransactionSnapshot());
+    // Citus serialises the writes of a reference table by a lock on its
+    // shard held to the commit -- every request's would queue behind one
+    // another's two-phase commit -- unless they are declared commutative,
+    // which an update of no row is.  Set for this update only, as a
+    // function's SET clause is (an error unwinds it with the transaction).
+    int guc_level = NewGUCNestLevel();
+    if (GetConfigOption("citus.all_modifications_commutative", true, false) != nullptr)
+        (void)set_config_option("citus.all_modifications_commutative", "on", PGC_USERSET,
+                                PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
     as_owner(relation_owner(table), [&] {
         SPI_connect();
         int result = SPI_execute(update, false, 0);
@@ -772,25 +781,26 @@ static bool two_phase_by_reference_table(Oid keys)
         SPI_finish();
         return (Datum)0;
     });
+    AtEOXact_GUC(true, guc_level);
     if (push_snapshot)
         PopActiveSnapshot();
     two_phase_updated = compat::current_lxid();
     return true;
 }
 
-// Two-phase commit for a write of keys kept on this node (by
-// idempotency.two_phase where the DBA made it a reference table, else by
-// Citus's routine), or of a call forwarded to another (by the routine,
-// which Citus exports wherever it exports what forwarding needs): refused
-// (55000) before it writes where Citus cannot be asked.
+// Two-phase commit for a write of keys kept on this node (by Citus's
+// routine, else by idempotency.two_phase where the DBA made it a reference
+// table: the routine costs nothing, the update a statement on every node
+// and their part in the commit), or of a call forwarded to another (by the
+// routine, which Citus exports wherever it exports what forwarding needs):
+// refused (55000) before it writes where Citus cannot be asked.
 static void force_two_phase(Oid keys)
 {
-    if (!citus_in_database() || (!distributes(keys) && two_phase_by_reference_table(keys)) ||
-        request_two_phase())
+    if (request_two_phase() || (!distributes(keys) && two_phase_by_reference_table(keys)))
         return;
     ereport(ERROR,
             (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-             errmsg("idempotency.two_phase is not a Citus reference table"),
+             errmsg("idempotency.two_phase is not a Citus reference table on several nodes"),
              errdetail("With keys on this node, a write asks Citus to commit the transaction's "
                        "distributed writes in two phases, with the claim: by an update of "
                        "idempotency.two_phase as a reference table, or by Citus's routine "

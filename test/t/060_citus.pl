@@ -1,7 +1,7 @@
 # Citus: a coordinator and two workers on this machine.  Keys on the
 # coordinator with distributed business writes (or schema-sharded ones)
 # commit with two-phase commit, asked of Citus by its routine (PostgreSQL 15)
-# or through idempotency.two_phase made a reference table, so a coordinator
+# or else through idempotency.two_phase made a reference table, so a coordinator
 # crash at either commit point never duplicates work; keys
 # distributed with idempotency_distribute() live in the shard of their scope,
 # next to the tenant's rows, with concurrent same-key requests, coordinator
@@ -245,9 +245,8 @@ sub commit_logged
 # ---------------------------------------------------------------------------
 # Keys on the coordinator, orders distributed: two-phase commit
 # ---------------------------------------------------------------------------
-# Citus is asked for it by its exported routine (PostgreSQL 15), or by an
-# update of idempotency.two_phase once it is a reference table (every
-# version).
+# Citus is asked for it by its exported routine (PostgreSQL 15), else by an
+# update of idempotency.two_phase once it is a reference table.
 
 # A coordinator crash at each commit point of a request whose order is
 # distributed, then its retry: the worker held the order as a prepared
@@ -286,8 +285,9 @@ else
 }
 
 query(q{SELECT create_reference_table('idempotency.two_phase')});
-crash_with_distributed_order('reference');
+if ($without_exports)
 {
+	crash_with_distributed_order('reference');
 	# Updated once per transaction (two begins in the savepoint), and again
 	# after a rollback to the savepoint released the update's lock.
 	my $key = 'reference-savepoint';
@@ -306,13 +306,21 @@ crash_with_distributed_order('reference');
 	is(order_count('ten1', $key), '1', '... with its order');
 	is(outcome_of('ten1', $key), 'replay', '... and replays');
 }
+else
+{
+	# (The routine costs nothing; the update, a statement on every node.)
+	my ($rc, $stdout, $stderr) = commit_logged(request_statements('ten1', 'local-routine'));
+	is("$rc|$stdout", "0|claimed\nt", 'with both ways, a request commits');
+	like($stderr, qr/PREPARE TRANSACTION/, '... in two phases');
+	unlike($stderr, qr/two_phase/, '... by the routine, not through idempotency.two_phase');
+}
 {
 	# Schema-based sharding, whose tables have no tenant column to
 	# distribute the keys by: a tenant's schema in one shard on a worker,
 	# the keys on the coordinator.
 	query('SET citus.enable_schema_based_sharding TO on; CREATE SCHEMA shop_7');
 	query('CREATE TABLE shop_7.orders (id bigserial PRIMARY KEY, idem_key text NOT NULL)');
-	my $key = 'reference-schema-sharded';
+	my $key = 'schema-sharded';
 	my ($rc, $stdout, $stderr) = commit_logged(
 		'SELECT outcome FROM ' . begin_call('shop_7', $key, 'POST /orders'),
 		qq{INSERT INTO shop_7.orders (idem_key) VALUES ('$key')},
@@ -398,10 +406,12 @@ query($create_handler);
 		like($stderr, $refusals{$table}[1], "... saying why ($table)");
 	}
 	query(q{SELECT idempotency_distribute('orders')});
-	# (Those stored through Citus's routine: none on PostgreSQL 16 and
-	# later; those stored through idempotency.two_phase: four.)
-	my $stored = $without_exports ? 4 : 6;
-	is(query(q{SELECT count(*) FROM idempotency.keys WHERE key LIKE 'local-%' OR key LIKE 'reference-%'}),
+	# (Through Citus's routine, PostgreSQL 15: local-pre, -post and
+	# -routine; else through idempotency.two_phase: reference-pre, -post and
+	# -savepoint; and schema-sharded.)
+	my $stored = 4;
+	is(query(q{SELECT count(*) FROM idempotency.keys
+	            WHERE key LIKE 'local-%' OR key LIKE 'reference-%' OR key = 'schema-sharded'}),
 		$stored, 'the coordinator\'s keys moved into the shards');
 	is(query(q{SELECT count(*) FROM ONLY idempotency.keys}), $stored,
 		'... and are read through Citus');
@@ -409,7 +419,7 @@ query($create_handler);
 	                                   WHERE logicalrelid = 'orders'::regclass)
 	             FROM pg_dist_partition WHERE logicalrelid = 'idempotency.keys'::regclass}),
 		't', 'idempotency.keys is co-located with orders');
-	is(outcome_of('ten1', 'reference-post'), 'replay',
+	is(outcome_of('ten1', $without_exports ? 'reference-post' : 'local-post'), 'replay',
 		'a key completed before distribution replays after it');
 	is(query($documented_call), 'claimed', "doc/citus.md's call claims once the keys are distributed");
 	is(query($documented_call), 'replay', '... and replays when sent again');
