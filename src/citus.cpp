@@ -732,12 +732,17 @@ static bool replicated_reference_table(Oid table)
 }
 
 // The transaction whose commit two_phase_by_reference_table made two-phase.
+// Trusted only together with the update's lock on the table, still held:
+// a local transaction id names one transaction of this backend, the lock
+// shows that the (sub)transaction that ran the update was not rolled back,
+// and Citus keeps its choice to the end of the transaction.  An error or a
+// cancel rolls back with the lock.
 static LocalTransactionId two_phase_updated = InvalidLocalTransactionId;
 
-// The SQL-level request for two-phase commit, on every PostgreSQL version:
-// when the DBA made idempotency.two_phase a reference table
-// (create_reference_table), an UPDATE of it -- of no row: it is always
-// empty -- which Citus commits in two phases with the rest of the
+// The SQL-level request for two-phase commit, for where Citus does not
+// export its routine: when the DBA made idempotency.two_phase a reference
+// table (create_reference_table), an UPDATE of it -- of no row: it is
+// always empty -- which Citus commits in two phases with the rest of the
 // transaction.  Once per transaction, while the update's RowExclusiveLock
 // on the table is held: a rollback to a savepoint releases it, and the next
 // write updates the table again (Citus keeps its choice to the end of the

@@ -40,9 +40,9 @@
 // asks Citus to commit the coordinated transaction with two-phase commit, so
 // that distributed business writes in the same transaction cannot commit on
 // a worker while the local claim is lost in a crash (see force_two_phase):
-// by an update of idempotency.two_phase where the DBA made it a reference
-// table, else by the C routine Citus's library exports up to PostgreSQL 15
-// (from 16 on PGXS hides it); without either such writes are refused.
+// by the C routine Citus's library exports up to PostgreSQL 15, else (from
+// 16 on PGXS hides it) by an update of idempotency.two_phase where the DBA
+// made it a reference table; without either such writes are refused.
 // Forwarding a call relies on Citus's execution state, which only those
 // exports give: from PostgreSQL 16 on, forwarded calls are refused.
 //
