@@ -134,6 +134,16 @@ sub local_order_count
 	return query(sprintf(q{SELECT count(*) FROM local_orders WHERE idem_key = %s}, quote($key)));
 }
 
+# The orders of the request with $key: in the coordinator's table where
+# request_statements (with %opts) writes it there, else distributed.
+sub orders_of
+{
+	my ($tenant, $key, %opts) = @_;
+	return $opts{forwarded} || $opts{local_order} || $opts{handler}
+	  ? local_order_count($key)
+	  : order_count($tenant, $key);
+}
+
 # Runs a request on the coordinator (request_statements) and sends its
 # COMMIT; the commit is held at $point:
 #  - 'pre_commit': after Citus's pre-commit work on the workers (PREPARE with
@@ -202,31 +212,27 @@ sub retry_once
 	{
 		is(outcome_of($tenant, $key), $expected, "$point, $key: the retry is told $expected");
 	}
-	is($opts{forwarded} || $opts{local_order} || $opts{handler}
-		? local_order_count($key)
-		: order_count($tenant, $key),
-		'1', "$point, $key: exactly one order");
+	is(orders_of($tenant, $key, %opts), '1', "$point, $key: exactly one order");
 	return;
 }
 
-# A coordinator crash at each commit point of a request whose order is in a
-# table of the coordinator (%opts as for request_statements, with
-# forwarded, local_order or handler), then its retry: the shard's node held
-# the claim as a prepared transaction, so the order rolled back or committed
-# with it, and the retry claims or replays.
-sub crash_with_local_order
+# A coordinator crash at each commit point of a request of $tenant
+# (%opts as for request_statements), then its retry: the shard's node held
+# its part (the order, or the claim) as a prepared transaction, so the order
+# rolled back or committed with the claim, and the retry claims or replays.
+sub crash_and_retry
 {
-	my ($name, %opts) = @_;
+	my ($tenant, $name, %opts) = @_;
 	for my $point (qw(pre_commit post_commit))
 	{
 		my $key = "$name-$point";
-		my $prepared = crash_at_commit_point($point, 'ten3', $key, %opts);
-		is($prepared, '1', "$point, $key: the shard's node held the claim as a prepared transaction");
+		my $prepared = crash_at_commit_point($point, $tenant, $key, %opts);
+		is($prepared, '1', "$point, $key: the shard's node held its part as a prepared transaction");
 		my $claimed = $point eq 'pre_commit';
-		is(local_order_count($key), $claimed ? '0' : '1',
+		is(orders_of($tenant, $key, %opts), $claimed ? '0' : '1',
 			"$point, $key: the order " . ($claimed ? 'rolled back' : 'committed') . ' with the claim');
-		retry_once($point, 'ten3', $key, $claimed ? 'claimed' : 'replay', %opts);
-		is(order_count('ten3', $key), '1', "$point, $key: ... and the handler's own order once")
+		retry_once($point, $tenant, $key, $claimed ? 'claimed' : 'replay', %opts);
+		is(order_count($tenant, $key), '1', "$point, $key: ... and the handler's own order once")
 		  if $opts{handler};
 	}
 	return;
@@ -248,24 +254,6 @@ sub commit_logged
 # Citus is asked for it by its exported routine (PostgreSQL 15), else by an
 # update of idempotency.two_phase once it is a reference table.
 
-# A coordinator crash at each commit point of a request whose order is
-# distributed, then its retry: the worker held the order as a prepared
-# transaction, so it rolled back or committed with the claim.
-sub crash_with_distributed_order
-{
-	my ($name) = @_;
-	my $prepared = crash_at_commit_point('pre_commit', 'ten1', "$name-pre");
-	is($prepared, '1', "pre_commit, $name: the worker held the order as a prepared transaction");
-	is(order_count('ten1', "$name-pre"), '0', "pre_commit, $name: the order rolled back with the claim");
-	retry_once('pre_commit', 'ten1', "$name-pre", 'claimed');
-
-	$prepared = crash_at_commit_point('post_commit', 'ten1', "$name-post");
-	is($prepared, '1', "post_commit, $name: the worker held the order as a prepared transaction");
-	is(order_count('ten1', "$name-post"), '1', "post_commit, $name: the order committed with the claim");
-	retry_once('post_commit', 'ten1', "$name-post", 'replay');
-	return;
-}
-
 if ($without_exports)
 {
 	# A write is refused before it writes, with the reason; a lookup still
@@ -281,13 +269,13 @@ if ($without_exports)
 }
 else
 {
-	crash_with_distributed_order('local');
+	crash_and_retry('ten1', 'local');
 }
 
 query(q{SELECT create_reference_table('idempotency.two_phase')});
 if ($without_exports)
 {
-	crash_with_distributed_order('reference');
+	crash_and_retry('ten1', 'reference');
 	# Updated once per transaction (two begins in the savepoint), and again
 	# after a rollback to the savepoint released the update's lock.
 	my $key = 'reference-savepoint';
@@ -353,11 +341,11 @@ query($create_handler);
 
 {
 	my ($sqlstate, $stderr) = sql_error($coordinator, $db,
-		q{SELECT outcome FROM place_order('ten1', 'local-post', 'book')});
+		q{SELECT outcome FROM place_order('ten1', 'local-post_commit', 'book')});
 	is($sqlstate, '55000', 'keys not distributed: a call delegated to a worker is refused');
 	like($stderr, qr/idempotency.keys is not distributed, and this node is a Citus worker/,
 		'... saying why');
-	is(order_count('ten1', 'local-post'), $without_exports ? '0' : '1',
+	is(order_count('ten1', 'local-post_commit'), $without_exports ? '0' : '1',
 		'... and the completed request is not run again');
 	($sqlstate) = sql_error($workers[0], $db,
 		q{SELECT outcome FROM idempotency_begin('ten1', 'on-worker', request_hash('x'::text))});
@@ -406,9 +394,9 @@ query($create_handler);
 		like($stderr, $refusals{$table}[1], "... saying why ($table)");
 	}
 	query(q{SELECT idempotency_distribute('orders')});
-	# (Through Citus's routine, PostgreSQL 15: local-pre, -post and
-	# -routine; else through idempotency.two_phase: reference-pre, -post and
-	# -savepoint; and schema-sharded.)
+	# (Through Citus's routine, PostgreSQL 15: local-pre_commit,
+	# -post_commit and -routine; else through idempotency.two_phase:
+	# reference-pre_commit, -post_commit and -savepoint; and schema-sharded.)
 	my $stored = 4;
 	is(query(q{SELECT count(*) FROM idempotency.keys
 	            WHERE key LIKE 'local-%' OR key LIKE 'reference-%' OR key = 'schema-sharded'}),
@@ -419,7 +407,7 @@ query($create_handler);
 	                                   WHERE logicalrelid = 'orders'::regclass)
 	             FROM pg_dist_partition WHERE logicalrelid = 'idempotency.keys'::regclass}),
 		't', 'idempotency.keys is co-located with orders');
-	is(outcome_of('ten1', $without_exports ? 'reference-post' : 'local-post'), 'replay',
+	is(outcome_of('ten1', $without_exports ? 'reference-post_commit' : 'local-post_commit'), 'replay',
 		'a key completed before distribution replays after it');
 	is(query($documented_call), 'claimed', "doc/citus.md's call claims once the keys are distributed");
 	is(query($documented_call), 'replay', '... and replays when sent again');
@@ -690,7 +678,7 @@ query(q{CREATE TABLE local_orders (tenant text, idem_key text)});
 # coordinator asks Citus for two-phase commit at the commit of such a
 # transaction: by its routine (PostgreSQL 15), else through
 # idempotency.two_phase, a reference table since the tests above.
-crash_with_local_order('delegated-local', local_order => 1);
+crash_and_retry('ten3', 'delegated-local', local_order => 1);
 # The same through a handler that Citus delegates in a transaction block
 # (force_delegation), whose claim the coordinator does not see: a call of a
 # function Citus distributes counts as a delegated write.
@@ -708,7 +696,7 @@ query(q{CREATE FUNCTION place_order_forced(p_tenant text, p_key text, p_item tex
         END $$;
         SELECT create_distributed_function('place_order_forced(text, text, text)', 'p_tenant',
                                            colocate_with => 'orders', force_delegation => true)});
-crash_with_local_order('handler-local', handler => 1);
+crash_and_retry('ten3', 'handler-local', handler => 1);
 
 # Without a write on the coordinator, the worker commits alone, in one phase.
 # (The order's id is given: a nextval that logs its sequence is a write on
@@ -724,7 +712,7 @@ crash_with_local_order('handler-local', handler => 1);
 # The same with the calls forwarded to the shard's node and the order in a
 # table of the coordinator: the claim on the worker and the order on the
 # coordinator commit with two-phase commit.
-crash_with_local_order('forwarded', forwarded => 1) unless $without_exports;
+crash_and_retry('ten3', 'forwarded', forwarded => 1) unless $without_exports;
 
 # ---------------------------------------------------------------------------
 # A shard move under load
