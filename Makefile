@@ -48,7 +48,7 @@ endif
 # After PGXS, so that its `all` stays the default goal.
 -include $(OBJS:.o=.d)
 
-.PHONY: test demo bench bench-expiry bench-scale bench-citus fuzz sanitize
+.PHONY: test demo bench bench-expiry bench-scale bench-citus fuzz sanitize errcodes errcodes-check
 # `make test` tests the PostgreSQL that PG_CONFIG names (default: the host's
 # Debian PostgreSQL 15).  `make test PG=N` tests PostgreSQL N: the host's own
 # when Debian's /usr/lib/postgresql/N is installed here, else inside
@@ -73,6 +73,13 @@ bench-scale:
 	bash test/pgbench/scale
 bench-citus:
 	bash test/pgbench/citus
+# The files generated from src/errcodes.txt (the C++ constants, each middleware
+# package's SQLSTATE map), and the check that they and doc/reference.md agree
+# with it (test/t/032_errcodes.pl runs it in make test).
+errcodes:
+	perl src/errcodes.pl
+errcodes-check:
+	perl src/errcodes.pl --check
 # Not part of `make test`: libFuzzer on the pure C++ byte formats of
 # request_hash (FUZZ_SECONDS per harness, default 20); see test/fuzz/run.
 fuzz:

@@ -3,6 +3,7 @@
 // builds its result.
 #include "arguments.hpp"
 #include "boundary.hpp"
+#include "errcodes.hpp"
 #include "citus.hpp"
 #include "claims.hpp"
 #include "module.hpp"
@@ -37,6 +38,9 @@ namespace
 {
 
 using namespace idempotency::arguments;
+using idempotency::errcode_key_completed;
+using idempotency::errcode_key_not_claimed;
+using idempotency::errcode_stale_attempt;
 using idempotency::key_for_message;
 using idempotency::RequestHash;
 using idempotency::store::Record;
@@ -44,11 +48,6 @@ using idempotency::store::Storage;
 using idempotency::store::Writer;
 namespace store = idempotency::store;
 namespace settings = idempotency::settings;
-
-// Extension-owned SQLSTATEs (class IK), documented in doc/reference.md, "Errors".
-const int errcode_key_not_claimed = MAKE_SQLSTATE('I', 'K', '0', '0', '1');
-const int errcode_key_completed = MAKE_SQLSTATE('I', 'K', '0', '0', '2');
-const int errcode_stale_attempt = MAKE_SQLSTATE('I', 'K', '0', '0', '3');
 
 // retry_after reported for a claim whose transaction has not committed yet:
 // its lease has not started, so there is nothing better to say.

@@ -1,6 +1,7 @@
 // Arguments of the SQL functions; see arguments.hpp.
 #include "arguments.hpp"
 #include "boundary.hpp"
+#include "errcodes.hpp"
 #include "module.hpp"
 
 extern "C"
@@ -16,8 +17,6 @@ extern "C"
 
 namespace idempotency::arguments
 {
-
-const int errcode_invalid_key = MAKE_SQLSTATE('I', 'K', '0', '0', '6');
 
 // The latest end of a ttl or lease, after now.
 constexpr int64 max_ttl_or_lease_us = int64(settings::max_duration_s) * USECS_PER_SEC;

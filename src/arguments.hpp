@@ -39,10 +39,6 @@ enum class KeyProblem
     long_key
 };
 KeyProblem key_problem(Datum scope, Datum key);
-// The client's key is unusable (empty or too long): a request to answer
-// with 400, apart from the handler's own mistakes (22023, 22001 for a scope,
-// 22004), which are its bugs.
-extern const int errcode_invalid_key;
 // A scope of type `type` as text: the variants of the functions for Citus
 // tenants of type bigint and uuid take it as that type, whose text it is.
 Datum scope_text(Datum scope, Oid type);

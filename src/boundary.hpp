@@ -18,14 +18,11 @@
 // in guarded() and gives it C linkage.
 #pragma once
 
+#include "errcodes.hpp"
 #include "pg.hpp"
 
 namespace idempotency
 {
-
-// SQLSTATE of any other C++ exception: an internal error, but one the
-// boundary caught (documented in doc/reference.md, "Errors").
-const int errcode_cxx_exception = MAKE_SQLSTATE('I', 'K', '0', '0', '0');
 
 // What a catch handler may keep: plain data, no allocation.
 struct CaughtException

@@ -2,6 +2,7 @@
 #include "citus.hpp"
 #include "arguments.hpp"
 #include "boundary.hpp"
+#include "errcodes.hpp"
 #include "compat.hpp"
 #include "module.hpp"
 #include "store.hpp"
@@ -49,10 +50,6 @@ extern "C"
 
 namespace idempotency::citus
 {
-
-// Extension-owned SQLSTATE, documented with the others in doc/reference.md: the
-// keys of the scope are in a shard placed on another node.  Retryable.
-const int errcode_not_routed = MAKE_SQLSTATE('I', 'K', '0', '0', '5');
 
 // locktag_field4 of Citus's lock on the metadata of co-located shards.
 constexpr uint16 colocated_shards_metadata_lock = 8;

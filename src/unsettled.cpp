@@ -1,6 +1,7 @@
 // The transaction's unsettled claims; see unsettled.hpp.
 #include "unsettled.hpp"
 #include "boundary.hpp"
+#include "errcodes.hpp"
 
 extern "C"
 {
@@ -11,8 +12,6 @@ extern "C"
 
 namespace idempotency::unsettled
 {
-
-const int errcode_unfinished_autocommit_claim = MAKE_SQLSTATE('I', 'K', '0', '0', '4');
 
 // The start of a key: enough for key_for_message, which shows 32 bytes at
 // most (and "..." when there were more).

@@ -38,19 +38,10 @@ function settings(options) {
   return merged;
 }
 
-// The SQLSTATEs a retry resolves, and their answers (doc/reference.md, "Errors"); any
-// other error is the handler's or the operator's, a 500.
-const RETRYABLE = {
-  IK006: [400, 'The Idempotency-Key header is empty or too long', null],
-  IK003: [409, 'A newer attempt of this request took over', 1],
-  55006: [409, 'A request with this Idempotency-Key is in progress', 1],
-  IK005: [503, 'Service unavailable, retry', 1],
-  25006: [503, 'Service unavailable, retry', 1],
-  57014: [503, 'Service unavailable, retry', 1],
-  '55P03': [503, 'Service unavailable, retry', 1],
-  '40P01': [503, 'Service unavailable, retry', 1],
-  53200: [503, 'Service unavailable, retry', 1],
-};
+// The SQLSTATEs answered with something other than 500, and how (doc/reference.md,
+// "Errors"; generated from src/errcodes.txt); any other error is the handler's or the
+// operator's, a 500.
+const RETRYABLE = require('./errcodes');
 
 function problem(status, title, retryAfter) {
   const headers = { 'content-type': 'application/problem+json' };

@@ -17,6 +17,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, Tuple
 
+# The SQLSTATEs answered with something other than 500, and how (doc/reference.md,
+# "Errors"; generated from src/errcodes.txt).  Any other error is the handler's or the
+# operator's, and propagates as a 500.
+from .errcodes import ANSWERS
+
 Headers = Sequence[Tuple[str, str]]
 
 
@@ -80,21 +85,6 @@ def problem(status: int, title: str, retry_after: Optional[int] = None) -> Respo
         headers.append(("Retry-After", str(retry_after)))
     return Response(status, headers, json.dumps({"type": "about:blank", "title": title,
                                                  "status": status}).encode())
-
-
-# The SQLSTATEs a retry resolves, and what to answer (doc/reference.md, "Errors").  Any
-# other error is the handler's or the operator's, and propagates as a 500.
-RETRYABLE = {
-    "IK006": (400, "The Idempotency-Key header is empty or too long", None),
-    "IK003": (409, "A newer attempt of this request took over", 1),
-    "55006": (409, "A request with this Idempotency-Key is in progress", 1),
-    "IK005": (503, "Service unavailable, retry", 1),
-    "25006": (503, "Service unavailable, retry", 1),
-    "57014": (503, "Service unavailable, retry", 1),
-    "55P03": (503, "Service unavailable, retry", 1),
-    "40P01": (503, "Service unavailable, retry", 1),
-    "53200": (503, "Service unavailable, retry", 1),
-}
 
 
 def sqlstate(error: Optional[BaseException]) -> Optional[str]:
@@ -196,7 +186,7 @@ def handle(conn, request: Request, handler: Callable[[Context], Response],
         return response
     except Exception as error:
         conn.rollback()
-        answer = RETRYABLE.get(sqlstate(error))
+        answer = ANSWERS.get(sqlstate(error))
         if answer is None:
             raise
         return problem(*answer)
