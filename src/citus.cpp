@@ -267,18 +267,44 @@ static void read_partition(Layout &next, Oid pg_dist_partition)
     next.distributed = true;
 }
 
-// The Citus versions (major.minor of the extension) whose private layout
-// this file relies on -- the columns of its catalogs, the tag of the shard
-// metadata lock tried without waiting, the signatures of the routines and
-// flags its library exports (up to PostgreSQL 15) -- each run by
-// test/t/060_citus.pl (13.2 also on PostgreSQL 17, 14.0 on 18).  A later
-// version could change one of them without anything here noticing, so
-// distributed keys are refused on any other version rather than kept
-// unprotected.
-static const char *const tested_citus_versions[] = {"13.0", "13.1", "13.2", "14.0"};
+// The Citus releases (major.minor) whose private layout this file relies on
+// -- the columns of its catalogs, the tag of the shard metadata lock tried
+// without waiting, the signatures of the routines and flags its library
+// exports (up to PostgreSQL 15), its rule that an update of a replicated
+// reference table commits in two phases -- on the PostgreSQL major version
+// each was tested on by test/t/060_citus.pl and t/061.  A Citus release on
+// another PostgreSQL major is another build, with other code paths (and
+// from 16 on other exports): untested too.  A change there could go
+// unnoticed here, so anything that relies on that layout is refused on any
+// other pair rather than run unprotected.
+static const struct
+{
+    int postgres;
+    const char *citus;
+} tested_citus_releases[] = {{15, "13.0"}, {15, "13.1"}, {15, "13.2"}, {17, "13.2"}, {18, "14.0"}};
 
+// Whether Citus `version` ("13.2-1" from its catalog, "13.2.2" from its
+// library: the release first) was tested on this PostgreSQL major.
+static bool tested_citus(const char *version)
+{
+    size_t release = strspn(version, "0123456789");
+    if (version[release] == '.')
+        release += 1 + strspn(version + release + 1, "0123456789");
+    for (const auto &tested : tested_citus_releases)
+        if (tested.postgres == PG_VERSION_NUM / 10000 && strlen(tested.citus) == release &&
+            strncmp(tested.citus, version, release) == 0)
+            return true;
+    return false;
+}
+
+// The guard in front of Citus's private layout: the loaded library's
+// release (whose routines, flags and lock tags are used) and the installed
+// extension's (whose catalogs are read) must both be a tested pair with
+// this PostgreSQL major.  Every lookup of a routine in Citus's library
+// (exported) and every read of the layout goes through it first.
 static void require_tested_citus()
 {
+    const char *library = GetConfigOption("citus.version", true, false);
     Oid citus = get_extension_oid("citus", true);
     char *version = nullptr;
     if (OidIsValid(citus))
@@ -288,19 +314,30 @@ static void require_tested_citus()
                          Datum extversion = column(rel, tuple, "extversion", TEXTOID, &isnull);
                          version = isnull ? nullptr : TextDatumGetCString(extversion);
                      });
-    if (version == nullptr)
-        version = pstrdup("(unknown)");
-    size_t release = strcspn(version, "-"); // "13.2-1": the release, then Citus's script step
-    for (const char *tested : tested_citus_versions)
-        if (strlen(tested) == release && strncmp(tested, version, release) == 0)
-            return;
+    const char *untested = nullptr;
+    if (library == nullptr)
+        untested = "(not loaded)";
+    else if (!tested_citus(library))
+        untested = library;
+    else if (version == nullptr || !tested_citus(version))
+        untested = version != nullptr ? version : "(unknown)";
+    if (untested == nullptr)
+        return;
+    StringInfoData tested;
+    initStringInfo(&tested);
+    for (const auto &release : tested_citus_releases)
+        appendStringInfo(&tested, "%s%s on %d", tested.len > 0 ? ", " : "", release.citus,
+                         release.postgres);
     ereport(ERROR,
             (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-             errmsg("Citus %s is not a version this extension is tested with", version),
-             errdetail("With distributed keys, the extension reads Citus's catalogs and takes its "
-                       "shard locks as Citus 13.0 to 14.0 lay them out; on another "
-                       "version a change there could let a shard move have a key claimed twice."),
-             errhint("Use a tested Citus version (see doc/citus.md), or an idempotency release "
+             errmsg("Citus %s on PostgreSQL %d is not a combination this extension is tested with",
+                    untested, PG_VERSION_NUM / 10000),
+             errdetail("The extension reads Citus's catalogs, takes its shard locks and calls its "
+                       "library as the tested releases lay them out (Citus %s); on another "
+                       "release a change there could let a shard move have a key claimed twice, "
+                       "or a commit lose a claim.",
+                       tested.data),
+             errhint("Use a tested Citus release (see doc/citus.md), or an idempotency release "
                      "tested with this one.")));
 }
 
@@ -572,6 +609,7 @@ static Placement place(Oid keys, Datum scope)
 // loaded library is never unloaded, so the address stays valid.
 static void *exported(const char *name)
 {
+    require_tested_citus(); // the routines' signatures are Citus's private layout
     return load_external_function("$libdir/citus", name, false, nullptr);
 }
 
@@ -686,9 +724,13 @@ static bool request_two_phase()
 {
     if (!citus_in_database())
         return true; // no coordinated transactions
+    static bool looked_up = false;
     static void (*use_2pc)() = nullptr;
-    if (use_2pc == nullptr)
+    if (!looked_up)
+    {
         use_2pc = reinterpret_cast<void (*)()>(exported("Use2PCForCoordinatedTransaction"));
+        looked_up = true;
+    }
     if (use_2pc == nullptr)
         return false;
     use_2pc();
@@ -915,10 +957,9 @@ Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode, bool elsewhere_
 
 // Citus's exported routines and flags that forward_call relies on, looked up
 // once in the loaded library (NULL when a version does not export one: then
-// calls are not forwarded).  Only read on the Citus releases the layout is
-// trusted on (require_tested_citus, which layout_of() ran before any
-// placement was found elsewhere).  Safe to keep for the backend's life: a
-// loaded library is never unloaded, so the addresses stay valid.
+// calls are not forwarded), behind the version guard (exported).  Safe to
+// keep for the backend's life: a loaded library is never unloaded, so the
+// addresses stay valid.
 struct CitusExecution
 {
     bool looked_up;

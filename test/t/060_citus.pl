@@ -254,6 +254,22 @@ sub commit_logged
 # Citus is asked for it by its exported routine (PostgreSQL 15), else by an
 # update of idempotency.two_phase once it is a reference table.
 
+# On a Citus release not tested with this PostgreSQL major, a write of keys
+# kept here is refused before the extension looks up a routine of Citus's
+# library (or updates idempotency.two_phase): the routine's signature is
+# Citus's private layout too.  (In a transaction rolled back.)
+{
+	my ($sqlstate, $stderr) = sql_error($coordinator, $db,
+		q{BEGIN;
+		  SET citus.enable_version_checks TO off;
+		  UPDATE pg_extension SET extversion = '13.9-1' WHERE extname = 'citus';
+		  SELECT outcome FROM idempotency_begin('ten1', 'unguarded', request_hash('x'::text));
+		  ROLLBACK});
+	is($sqlstate, '0A000', 'keys on the coordinator, an untested Citus: a write is refused');
+	like($stderr, qr/Citus 13\.9-1 on PostgreSQL \d+ is not a combination this extension is tested with/,
+		'... before the routine of Citus\'s library is looked up');
+}
+
 if ($without_exports)
 {
 	# A write is refused before it writes, with the reason; a lookup still
@@ -423,12 +439,22 @@ query($create_handler);
 	# catalog laid out otherwise, a call is refused before a key is read.  On
 	# a worker (which reads the distributed keys' layout), in a transaction
 	# rolled back.
+	# A release tested on another PostgreSQL major only is refused too: a
+	# Citus release is another build on each major.
+	my ($major) = query('SHOW server_version_num') =~ /^(\d+)\d{4}$/;
+	my $other_major_only = { 15 => '14.0-1', 17 => '13.1-1', 18 => '13.2-1' }->{$major} // '13.9-1';
 	for my $case (
 		[
 			q{SET citus.enable_version_checks TO off;
 			  UPDATE pg_extension SET extversion = '13.9-1' WHERE extname = 'citus'},
-			qr/Citus 13\.9-1 is not a version this extension is tested with/,
+			qr/Citus 13\.9-1 on PostgreSQL $major is not a combination this extension is tested with/,
 			'an untested Citus version'
+		],
+		[
+			qq{SET citus.enable_version_checks TO off;
+			   UPDATE pg_extension SET extversion = '$other_major_only' WHERE extname = 'citus'},
+			qr/Citus \Q$other_major_only\E on PostgreSQL $major is not a combination/,
+			"Citus $other_major_only, tested on another PostgreSQL major only"
 		],
 		[
 			q{ALTER TABLE pg_dist_shard RENAME COLUMN shardminvalue TO shard_min},
