@@ -79,7 +79,8 @@ struct Layout
     Oid owner;         // the table's owner
     FmgrInfo shard_id; // Citus's get_shard_id_for_distribution_column(), for key_type
     FmgrInfo input;    // by_shard_key: the type's input function, and its
-    Oid input_param;   //   type parameter, which read the scope as that type
+    Oid input_param;   //   type parameter, which read the scope as that type,
+    FmgrInfo output;   //   and its output function, which spells the value
     int32 group;       // this node's group: 0 on the coordinator, -1 without Citus
     int shard_count;   // shards, sorted by the start of their range
     Shard *shards;
@@ -262,6 +263,10 @@ static void read_partition(Layout &next, Oid pg_dist_partition)
         Oid input;
         getTypeInputInfo(var->vartype, &input, &next.input_param);
         fmgr_info_cxt(input, &next.input, layout_context);
+        Oid output;
+        bool varlena;
+        getTypeOutputInfo(var->vartype, &output, &varlena);
+        fmgr_info_cxt(output, &next.output, layout_context);
     }
     next.key_type = var->vartype;
     next.distributed = true;
@@ -501,6 +506,17 @@ static Datum scope_value(FmgrInfo *input, Oid input_param, Oid type, Datum scope
     Datum value = InputFunctionCall(input, text_to_cstring(DatumGetTextPP(scope)), input_param, -1);
     error_context_stack = context.previous;
     return value;
+}
+
+Datum tenant_scope(Oid keys, Datum scope)
+{
+    const Layout &current = layout_of(keys);
+    if (!current.by_shard_key)
+        return scope;
+    // (Neither function reads a catalog: `current` stays valid.)
+    Datum value = scope_value(const_cast<FmgrInfo *>(&current.input), current.input_param,
+                              current.key_type, scope);
+    return CStringGetTextDatum(OutputFunctionCall(const_cast<FmgrInfo *>(&current.output), value));
 }
 
 Datum scope_as(Oid type, Datum scope)

@@ -119,6 +119,14 @@ uint64 forward_read(FunctionCallInfo fcinfo, Datum scope, Datum **rows);
 // The scope (text) as a value of `type`, the type of a typed tenant column
 // (bigint, integer or uuid): what shard_key holds.
 Datum scope_as(Oid type, Datum scope);
+
+// The scope under which `keys` (locked by the caller) store a call's keys:
+// when Citus distributes them by a typed tenant (by_shard_key), the
+// tenant's value as its type prints it ('1001' for '01001' or ' 1001', a
+// uuid in lower case), so that every spelling of one tenant names one key;
+// otherwise the scope as given.  A scope that is no value of the type fails
+// with the type's error (22P02, or 22003 out of range).
+Datum tenant_scope(Oid keys, Datum scope);
 // Whether Citus is loaded in this server.
 bool loaded();
 
