@@ -144,10 +144,14 @@ bool worker_node();
 
 // While the library is preloaded after Citus (_PG_init): before Citus's
 // planner sees a call of a function that idempotency_distribute()
-// delegates, refuses a NULL scope with 22004 (Citus would crash on it),
-// reads a typed scope as the tenant's type, and -- on a node that would
-// delegate it -- takes the shard metadata lock for a call that may write, so
-// that it waits out a shard move and is delegated to the shard's new node.
+// delegates, or of a function or procedure Citus distributes with the keys
+// (a handler), refuses a NULL distribution argument with 22004 (Citus would
+// crash on it); for the API's functions, reads a typed scope as the
+// tenant's type, and -- on a node that would delegate it -- takes the shard
+// metadata lock for a call that may write, so that it waits out a shard
+// move and is delegated to the shard's new node.  Errors raised planning or
+// running such a call (Citus's, such as a worker lost mid-call, included)
+// are logged without the statement, which may hold the request.
 void guard_delegation();
 
 } // namespace idempotency::citus
