@@ -1862,7 +1862,7 @@ static void call_request_procedure(void *argument)
     UtilityRequest &request = *static_cast<UtilityRequest *>(argument);
     const CallStmt *call = castNode(CallStmt, request.statement->utilityStmt);
     List *arguments = declared_call_arguments(call);
-    if (request.how.argument < list_length(arguments) &&
+    if (request.how.argument >= 0 && request.how.argument < list_length(arguments) &&
         null_constant(strip_implicit_coercions(
             static_cast<Node *>(list_nth(arguments, request.how.argument)))))
         refuse_null_distribution_argument(call->funcexpr->funcid, request.how.argument);
