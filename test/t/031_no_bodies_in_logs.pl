@@ -215,6 +215,63 @@ error_path('57014',
 	$_->quit for @sessions;
 }
 
+# PL/pgSQL's EXECUTE of a query text with the body spelled in it (format's
+# %L): PostgreSQL adds the text to an error's CONTEXT line, and an error or
+# warning raised inside a call must get none.  (EXECUTE ... USING, which
+# doc/handlers.md shows, keeps the body out of the text in the first place.)
+sub executed
+{
+	my ($call) = @_;
+	return qq{DO \$\$ DECLARE body jsonb := (SELECT body FROM payload);
+		big_body jsonb := (SELECT big_body FROM payload);
+		BEGIN EXECUTE format($call); END \$\$};
+}
+error_path('IK001',
+	executed(q{'SELECT idempotency_complete(%L, %L, 200, %L::jsonb)', 's', 'nobody', body}),
+	'complete of an unclaimed key, the body in an EXECUTEd text');
+error_path('IK002',
+	executed(q{'SELECT idempotency_complete(%L, %L, 200, %L::jsonb)', 's', 'done', body}),
+	'complete of a completed key, the body in an EXECUTEd text');
+{
+	# A completion that waits for the holder of the key and runs into
+	# lock_timeout: PostgreSQL's own 55P03, raised inside the call.
+	my $holder = $node->background_psql($db);
+	$holder->query_safe('BEGIN');
+	$holder->query_safe(q{SELECT idempotency_begin('s', 'locked', request_hash('r'::text))});
+	error_path('55P03',
+		q{SET lock_timeout = '100ms'; }
+		  . executed(q{'SELECT idempotency_complete(%L, %L, 200, %L::jsonb)', 's', 'locked', body}),
+		'a completion waiting past lock_timeout, the body in an EXECUTEd text');
+	$holder->query_safe('ROLLBACK');
+	$holder->quit;
+}
+{
+	# The WARNING of a response over max_response_bytes.
+	my ($ret, $stdout, $stderr) = $node->psql($db,
+		"BEGIN; SELECT idempotency_begin('s', 'oversized', request_hash('r'::text)); "
+		  . executed(q{'SELECT idempotency_complete(%L, %L, 200, %L::jsonb)', 's', 'oversized', big_body})
+		  . '; ROLLBACK;');
+	like($stderr, qr/WARNING:  the response body of idempotency key "oversized" is not stored/,
+		'an oversized response in an EXECUTEd text: the WARNING');
+	unlike($stderr, qr/\Q$marker\E/, '... shows no body to the client');
+}
+
+# An error PostgreSQL raises in the same statement but outside any call (here
+# a division by zero) gets the statement's text as CONTEXT, which the
+# extension cannot change: with EXECUTE ... USING, as doc/handlers.md says,
+# the text holds $1, $2 ... and never the body.  The control, with format's
+# %L, shows that such a line would be caught.
+my $execute_control = "$marker-execute";
+my ($execute_control_state) = sql_error($node, $db,
+	sprintf(q{DO $$ BEGIN EXECUTE format('SELECT %%L::text, 1 / 0', %s); END $$},
+		hidden($execute_control)));
+is($execute_control_state, '22012', 'an EXECUTEd statement failing outside the extension');
+error_path('22012',
+	q{DO $$ DECLARE body jsonb := (SELECT body FROM payload);
+	  BEGIN EXECUTE 'SELECT idempotency_begin($1, $2, request_hash($3)), 1 / 0'
+	      USING 's', 'executed', body; END $$},
+	'an EXECUTEd statement with the body passed by USING, failing outside the call');
+
 # DROP EXTENSION commits while a completion waits for the table: the call
 # then fails with 42P01, in another database so that the rest stays.
 {
@@ -250,6 +307,9 @@ my $log = slurp_file($node->logfile);
 like($log, qr/\Q$control\E/, 'a marker logged on purpose is found in the log');
 like($log, qr/STATEMENT:  SELECT 1 \/ 0, '\Q$statement_control\E'/,
 	'the statement of an error outside the extension is logged, marker and all');
+like($log, qr/CONTEXT:  SQL statement "SELECT '\Q$execute_control\E'::text, 1 \/ 0"/,
+	'the EXECUTEd text of an error outside the extension is logged as CONTEXT, marker and all');
+$log =~ s/\Q$execute_control\E//g;
 $log =~ s/\Q$statement_control\E//g;
 $log =~ s/\Q$control\E//g;
 my $leaks = () = $log =~ /\Q$marker\E/g;
