@@ -272,24 +272,42 @@ error_path('22012',
 	      USING 's', 'executed', body; END $$},
 	'an EXECUTEd statement with the body passed by USING, failing outside the call');
 
-# DROP EXTENSION commits while a completion waits for the table: the call
-# then fails with 42P01, in another database so that the rest stays.
+# DROP EXTENSION commits while a call waits for the table: every entry
+# point fails with 42P01, its statement (with the payload) kept out of the
+# log -- all find the table through one routine, which looks it up again
+# after the lock.  In another database, so that the rest stays.  Each caller
+# has called the extension before, so that its backend knows the result row
+# types: a backend's first statement that names a function returning one
+# (begin, lookup) waits for DROP EXTENSION in PostgreSQL's parser, before any
+# code of the extension runs, and then fails there (XX000, as for any
+# composite type dropped under it).
+query('CREATE DATABASE dropped');
+my %entry_points = (
+	begin => "SELECT * FROM idempotency_begin('s', 'k', request_hash(${literal_body}::jsonb), claim_data => $literal_body)",
+	lookup => "SELECT * FROM idempotency_lookup('s', 'k $marker'::text)",
+	complete => "SELECT idempotency_complete('s', 'k', 200, $literal_body)",
+	checkpoint => "SELECT idempotency_checkpoint('s', 'k', 'step $marker')",
+	release => "SELECT idempotency_release('s', 'k $marker'::text)",
+	forget => "SELECT idempotency_forget('s', 'k $marker'::text)",
+	keys => "SELECT * FROM idempotency_keys('s $marker'::text)",
+	expire => "SELECT idempotency_expire() /* $marker */");
+for my $entry (sort keys %entry_points)
 {
-	query('CREATE DATABASE dropped');
 	$node->safe_psql('dropped', 'CREATE EXTENSION idempotency');
+	my $caller = $node->background_psql('dropped', on_error_stop => 0);
+	$caller->query_safe(q{SELECT * FROM idempotency_begin('s', 'warm', request_hash('r'::text), lease => '1 minute')});
+	$caller->query_safe(q{SELECT * FROM idempotency_lookup('s', 'warm')});
 	my $dropper = $node->background_psql('dropped');
 	$dropper->query_safe('BEGIN; DROP EXTENSION idempotency');
-	my $caller = $node->background_psql('dropped', on_error_stop => 0);
-	$caller->query_until(qr/waiting/, qq{\\echo waiting
-		SELECT idempotency_complete('s', 'k', 200, $literal_body);\n});
+	$caller->query_until(qr/waiting/, "\\echo waiting\n$entry_points{$entry};\n");
 	$node->poll_query_until('dropped',
-		q{SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idempotency_complete%'})
-	  or die 'the completion never waited';
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%$marker%'")
+	  or die "the $entry call never waited";
 	$dropper->query_safe('COMMIT');
-	$caller->query('SELECT 1');    # the completion has failed by now
+	$caller->query('SELECT 1');    # the call has failed by now
 	like($caller->{stderr}, qr/relation "idempotency.keys" does not exist/,
-		'a completion that waited for DROP EXTENSION: 42P01');
-	unlike($caller->{stderr}, qr/\Q$marker\E/, '... showing no body to the client');
+		"$entry, waiting for DROP EXTENSION: 42P01");
+	unlike($caller->{stderr}, qr/\Q$marker\E/, "$entry: ... showing no request data to the client");
 	$_->quit for ($dropper, $caller);
 }
 query(q{ALTER SYSTEM RESET log_statement; SELECT pg_reload_conf()});
