@@ -1,0 +1,384 @@
+#!/usr/bin/python3
+"""The HTTP conformance cases (test/conformance/README.md), against one running setup.
+
+Speaks plain HTTP to the server and reads the database only to hold the handlers' gates
+(advisory locks), to see who waits, and to count business rows.  Prints one "ok - ..." or
+"not ok - ..." line per check, "# ..." lines of diagnostics, and a last line
+"N passed, N failed"; exits 1 when any check failed.
+"""
+import argparse
+import http.client
+import json
+import threading
+import time
+import urllib.parse
+import uuid
+
+import psycopg
+
+ANSWER_TIMEOUT = 90  # seconds an answer may take: a hang fails the check, not the suite
+CONDITION_TIMEOUT = 60  # seconds to wait for a condition the server must reach
+LARGE = 5 * 1024 * 1024
+MEDIUM = 200 * 1000
+DUPLICATES = 200
+
+
+class Answer:
+    def __init__(self, status, headers, body, error=None):
+        self.status = status
+        self.headers = headers  # lower-case name -> value
+        self.body = body
+        self.error = error  # why no answer came, or None
+
+    def replayed(self):
+        return self.headers.get("idempotent-replayed") == "true"
+
+    def json(self):
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            return None
+
+    def __repr__(self):
+        if self.error:
+            return f"<no answer: {self.error}>"
+        body = self.body if len(self.body) <= 300 else self.body[:300] + b"..."
+        return f"<{self.status} {self.headers} {body!r}>"
+
+
+class Suite:
+    def __init__(self, base_url, dsn):
+        url = urllib.parse.urlsplit(base_url)
+        self.host, self.port = url.hostname, url.port
+        self.db = psycopg.connect(dsn, autocommit=True)
+        self.passed = 0
+        self.failed = 0
+        self.run_id = uuid.uuid4().hex[:8]
+        self.serial = 0
+        self.gates = int.from_bytes(uuid.uuid4().bytes[:3], "big") * 16
+
+    # ------------------------------------------------------------- reporting
+
+    def check(self, ok, name, *details):
+        if ok:
+            self.passed += 1
+            print(f"ok - {name}", flush=True)
+        else:
+            self.failed += 1
+            print(f"not ok - {name}", flush=True)
+            for detail in details:
+                for line in str(detail).splitlines() or [""]:
+                    print(f"#   {line}", flush=True)
+        return ok
+
+    # ------------------------------------------------------------- requests
+
+    def fresh(self, what):
+        """A name no earlier case or run used: for keys and items."""
+        self.serial += 1
+        return f"{what}-{self.run_id}-{self.serial}"
+
+    def post(self, path, body, key=None, headers=None):
+        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+        sent = {"Content-Type": "application/json", **(headers or {})}
+        if key is not None:
+            sent["Idempotency-Key"] = key
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=ANSWER_TIMEOUT)
+        try:
+            conn.request("POST", path, payload, sent)
+            response = conn.getresponse()
+            body = response.read()
+            return Answer(response.status,
+                          {name.lower(): value for name, value in response.getheaders()}, body)
+        except (OSError, http.client.HTTPException) as error:
+            return Answer(None, {}, b"", error=f"{type(error).__name__}: {error}")
+        finally:
+            conn.close()
+
+    def post_in_background(self, *args, **kwargs):
+        result = {}
+        thread = threading.Thread(target=lambda: result.setdefault("answer",
+                                                                   self.post(*args, **kwargs)))
+        thread.start()
+
+        def join():
+            thread.join(ANSWER_TIMEOUT + 10)
+            return result.get("answer", Answer(None, {}, b"", error="no answer in time"))
+        return join
+
+    # ------------------------------------------------------------- the database
+
+    def query(self, sql, params=()):
+        return self.db.execute(sql, params).fetchone()[0]
+
+    def orders(self, item):
+        return self.query("SELECT count(*) FROM orders WHERE item = %s", (item,))
+
+    def new_gate(self):
+        self.gates += 1
+        self.query("SELECT pg_advisory_lock(%s)", (self.gates,))
+        return self.gates
+
+    def open_gate(self, gate):
+        self.query("SELECT pg_advisory_unlock(%s)", (gate,))
+
+    def wait_for(self, what, condition):
+        deadline = time.monotonic() + CONDITION_TIMEOUT
+        while time.monotonic() < deadline:
+            if condition():
+                return True
+            time.sleep(0.02)
+        print(f"# gave up waiting for {what} after {CONDITION_TIMEOUT} s", flush=True)
+        return False
+
+    def held_at_gate(self, gate):
+        """Whether a handler waits at `gate`: it is inside its handler."""
+        return self.wait_for(f"a handler at gate {gate}", lambda: self.query(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            " AND classid = 0 AND objid = %s AND objsubid = 1", (gate,)) > 0)
+
+    def in_progress_answers(self):
+        return self.query("SELECT in_progress FROM idempotency_stats()")
+
+    def waiting_duplicate(self, in_progress_before):
+        """Whether a duplicate is waiting for the request in flight: waiting on its
+        transaction in the database, or polling (each poll an in_progress answer)."""
+        return self.wait_for("a waiting duplicate", lambda: self.query(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted")
+            > 0 or self.in_progress_answers() > in_progress_before)
+
+    # ------------------------------------------------------------- answers
+
+    def is_problem(self, answer, status):
+        document = answer.json()
+        return (answer.status == status
+                and answer.headers.get("content-type", "").startswith("application/problem+json")
+                and isinstance(document, dict) and document.get("status") == status
+                and bool(document.get("title")))
+
+    def is_first(self, answer, status=201):
+        document = answer.json()
+        return (answer.status == status and not answer.replayed()
+                and isinstance(document, dict) and "order" in document
+                and answer.headers.get("location") == f"/orders/{document['order']}")
+
+    def is_replay_of(self, answer, first):
+        return (answer.status == first.status and answer.replayed()
+                and answer.body == first.body
+                and answer.headers.get("content-type") == first.headers.get("content-type")
+                and answer.headers.get("location") == first.headers.get("location")
+                and answer.headers.get("content-length") == str(len(answer.body)))
+
+    # ------------------------------------------------------------- the cases
+
+    def first_answer_and_replay(self):
+        key, item = self.fresh("key"), self.fresh("item")
+        first = self.post("/orders", {"item": item}, key)
+        self.check(self.is_first(first), "a new request answers 201 with its order", first)
+        retry = self.post("/orders", {"item": item}, key)
+        self.check(self.is_replay_of(retry, first),
+                   "its retry replays it byte for byte, stored headers and Content-Length too",
+                   f"first: {first}", f"retry: {retry}")
+        self.check(self.orders(item) == 1, "the order was made once", self.orders(item))
+
+    def keys(self):
+        for name, key in (("a missing", None), ("an empty", ""), ("an oversized", "k" * 2000)):
+            item = self.fresh("item")
+            answer = self.post("/orders", {"item": item}, key)
+            self.check(self.is_problem(answer, 400) and self.orders(item) == 0,
+                       f"{name} key answers 400 and runs nothing", answer)
+
+    def another_request(self):
+        key, item = self.fresh("key"), self.fresh("item")
+        first = self.post("/orders", {"item": item}, key)
+        other_body = self.post("/orders", {"item": item + "-other"}, key)
+        self.check(self.is_first(first) and self.is_problem(other_body, 422)
+                   and self.orders(item + "-other") == 0,
+                   "the same key with another body answers 422", first, other_body)
+        other_route = self.post("/refunds", {"item": item}, key)
+        self.check(self.is_problem(other_route, 422) and self.orders(item) == 1,
+                   "the same key on another route answers 422 and runs nothing", other_route)
+        key, item = self.fresh("key"), self.fresh("item")
+        first = self.post("/orders?x=1", {"item": item}, key)
+        other_query = self.post("/orders?x=2", {"item": item}, key)
+        self.check(self.is_first(first) and self.is_problem(other_query, 422),
+                   "the same key with another query string answers 422", first, other_query)
+        same_query = self.post("/orders?x=1", {"item": item}, key)
+        self.check(self.is_replay_of(same_query, first) and self.orders(item) == 1,
+                   "the same query string again replays", same_query)
+
+    def in_flight(self):
+        key, item = self.fresh("key"), self.fresh("item")
+        gate = self.new_gate()
+        try:
+            first = self.post_in_background("/orders", {"item": item, "gate": gate}, key)
+            if not self.check(self.held_at_gate(gate), "a request is held in its handler"):
+                return
+            duplicate = self.post("/orders", {"item": item, "gate": gate}, key)
+            self.check(self.is_problem(duplicate, 409)
+                       and duplicate.headers.get("retry-after", "").isdigit(),
+                       "a duplicate in flight answers 409 with Retry-After", duplicate)
+        finally:
+            self.open_gate(gate)
+        first = first()
+        self.check(self.is_first(first), "the held request then answers 201", first)
+        retry = self.post("/orders", {"item": item, "gate": gate}, key)
+        self.check(self.is_replay_of(retry, first) and self.orders(item) == 1,
+                   "and its retry replays it", retry)
+
+    def waiting(self):
+        key, item = self.fresh("key"), self.fresh("item")
+        body = {"item": item, "gate": self.new_gate()}
+        try:
+            first = self.post_in_background("/waiting/orders", body, key)
+            if not self.check(self.held_at_gate(body["gate"]),
+                              "with wait: a request is held in its handler"):
+                return
+            before = self.in_progress_answers()
+            duplicate = self.post_in_background("/waiting/orders", body, key)
+            self.check(self.waiting_duplicate(before), "with wait: a duplicate waits")
+        finally:
+            self.open_gate(body["gate"])
+        first, duplicate = first(), duplicate()
+        self.check(self.is_first(first) and self.is_replay_of(duplicate, first)
+                   and self.orders(item) == 1,
+                   "with wait: the duplicate gets the replay once the first completes",
+                   first, duplicate)
+
+    def large_responses(self):
+        key, item = self.fresh("key"), self.fresh("item")
+        first = self.post("/orders", {"item": item, "size": MEDIUM}, key)
+        retry = self.post("/orders", {"item": item, "size": MEDIUM}, key)
+        self.check(self.is_first(first) and len(first.body) > MEDIUM
+                   and self.is_replay_of(retry, first) and self.orders(item) == 1,
+                   "a 200 kB response is stored and replayed whole", first, retry)
+        key, item = self.fresh("key"), self.fresh("item")
+        first = self.post("/orders", {"item": item, "size": LARGE}, key)
+        retry = self.post("/orders", {"item": item, "size": LARGE}, key)
+        if first.status == 201:
+            self.check(self.is_first(first) and len(first.body) > LARGE
+                       and self.is_replay_of(retry, first) and self.orders(item) == 1,
+                       "a 5 MB response is stored and replayed whole", first, retry)
+        else:
+            named = all(b"idempotency.max_response_bytes" in answer.body
+                        for answer in (first, retry))
+            self.check(first.status is not None and first.status >= 500
+                       and self.is_problem(first, first.status)
+                       and self.is_problem(retry, first.status) and named
+                       and self.orders(item) == 0,
+                       "a 5 MB response is refused with a 5xx that names "
+                       "idempotency.max_response_bytes, its work and its retry's rolled back",
+                       first, retry, f"orders: {self.orders(item)}")
+
+    def streamed_response(self):
+        key, item = self.fresh("key"), self.fresh("item")
+        body = {"item": item, "stream": True, "size": 50000}
+        first = self.post("/orders", body, key)
+        retry = self.post("/orders", body, key)
+        self.check(self.is_first(first) and len(first.body) > 50000
+                   and self.is_replay_of(retry, first) and self.orders(item) == 1,
+                   "a streamed response is stored and replayed byte for byte", first, retry)
+
+    def failures(self):
+        for how in ("sync", "async"):
+            key, item = self.fresh("key"), self.fresh("item")
+            body = {"item": item, "fail": how}
+            first = self.post("/orders", body, key)
+            retry = self.post("/orders", body, key)
+            self.check(first.status == 500 and retry.status == 500 and not retry.replayed()
+                       and self.orders(item) == 0,
+                       f"a handler that fails ({how}) answers 500, rolled back, and its retry "
+                       "runs again", first, retry, f"orders: {self.orders(item)}")
+        key, item = self.fresh("key"), self.fresh("item")
+        body = {"item": item, "status": 500}
+        first = self.post("/orders", body, key)
+        retry = self.post("/orders", body, key)
+        self.check(first.status == 500 and retry.status == 500 and not retry.replayed()
+                   and self.orders(item) == 0,
+                   "a 500 the handler answers is not stored: rolled back, and its retry runs "
+                   "again", first, retry)
+        item = self.fresh("item")
+        answer = self.post("/orders", {"item": item}, self.fresh("key"), {"X-Tenant": "fail"})
+        self.check(answer.status == 500 and self.orders(item) == 0,
+                   "a tenant hook that fails answers 500 and runs nothing", answer)
+
+    def parser_first(self):
+        key, item = self.fresh("key"), self.fresh("item")
+        first = self.post("/parsed/orders", {"item": item}, key)
+        if first.status == 201:
+            retry = self.post("/parsed/orders", {"item": item}, key)
+            self.check(self.is_first(first) and self.is_replay_of(retry, first)
+                       and self.orders(item) == 1,
+                       "with a body parser first: it works as without", first, retry)
+        else:
+            self.check(self.is_problem(first, 500) and b"body" in first.body.lower()
+                       and self.orders(item) == 0,
+                       "with a body parser first: 500 saying what to change, nothing run",
+                       first)
+
+    def tenants(self):
+        key, item = self.fresh("key"), self.fresh("item")
+        one = self.post("/orders", {"item": item}, key, {"X-Tenant": "t1"})
+        two = self.post("/orders", {"item": item}, key, {"X-Tenant": "t2"})
+        self.check(self.is_first(one) and self.is_first(two) and one.body != two.body
+                   and self.orders(item) == 2,
+                   "two tenants with one key and one body get two orders", one, two)
+        again_one = self.post("/orders", {"item": item}, key, {"X-Tenant": "t1"})
+        again_two = self.post("/orders", {"item": item}, key, {"X-Tenant": "t2"})
+        self.check(self.is_replay_of(again_one, one) and self.is_replay_of(again_two, two),
+                   "each tenant's retry gets its own response", again_one, again_two)
+
+    def concurrent(self, path, waits):
+        key, item = self.fresh("key"), self.fresh("item")
+        start = threading.Barrier(DUPLICATES)
+        answers = [None] * DUPLICATES
+
+        def one(n):
+            start.wait()
+            answers[n] = self.post(path, {"item": item}, key)
+        threads = [threading.Thread(target=one, args=(n,)) for n in range(DUPLICATES)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(ANSWER_TIMEOUT + 30)
+        firsts = [a for a in answers if a is not None and self.is_first(a)]
+        label = f"{DUPLICATES} concurrent duplicates on {path}"
+        if not self.check(len(firsts) == 1 and self.orders(item) == 1,
+                          f"{label}: one order, one first answer",
+                          f"first answers: {len(firsts)}, orders: {self.orders(item)}"):
+            return
+        others = [a for a in answers if a is not firsts[0]]
+        allowed = (lambda a: a is not None and self.is_replay_of(a, firsts[0])) if waits else \
+            (lambda a: a is not None and (self.is_replay_of(a, firsts[0])
+                                          or self.is_problem(a, 409)))
+        wrong = [a for a in others if not allowed(a)]
+        self.check(not wrong, f"{label}: every other answer is "
+                   + ("the replay" if waits else "the replay or 409"),
+                   f"{len(wrong)} others, such as {wrong[:3]}")
+
+    def run(self):
+        for case in (self.first_answer_and_replay, self.keys, self.another_request,
+                     self.in_flight, self.waiting, self.large_responses,
+                     self.streamed_response, self.failures, self.parser_first, self.tenants,
+                     lambda: self.concurrent("/orders", waits=False),
+                     lambda: self.concurrent("/waiting/orders", waits=True)):
+            try:
+                case()
+            except Exception as error:  # a broken case is a failed check, and the rest run
+                self.check(False, f"{getattr(case, '__name__', 'case')} ran to its end",
+                           f"{type(error).__name__}: {error}")
+        print(f"{self.passed} passed, {self.failed} failed", flush=True)
+        return self.failed == 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", required=True, help="the setup's base URL, http://host:port")
+    parser.add_argument("--dsn", default="", help="libpq connection string of its database "
+                        "(default: libpq's environment)")
+    args = parser.parse_args()
+    raise SystemExit(0 if Suite(args.url, args.dsn).run() else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+# The HTTP conformance suite (test/conformance/README.md): the same cases,
+# test/conformance/client.py, against every setup of every middleware package
+# (each middleware/<language>/conformance/run), with the package installed as
+# its users install it.  One TAP line per check and setup.
+#
+# The adapters do not depend on the server's major version, so the suite runs
+# where CONFORMANCE is not 0; test/chroot sets it to 0 for PostgreSQL 17 and
+# 18, and CI runs it once, on the host's PostgreSQL.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
+use IO::Socket::INET;
+use IPC::Run;
+use POSIX qw(WNOHANG);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Cwd qw(abs_path);
+
+plan skip_all => 'CONFORMANCE=0: the HTTP conformance suite runs on the host\'s PostgreSQL (make test)'
+  if ($ENV{CONFORMANCE} // '1') eq '0';
+
+my @packages = sort glob('middleware/*/conformance/run');
+plan skip_all => 'no middleware package has a conformance/run' unless @packages;
+
+my $python = -x '/usr/bin/python3' ? '/usr/bin/python3' : 'python3';
+my $node = new_node('conformance', conf => ['max_connections = 300']);
+$node->safe_psql('postgres', 'CREATE DATABASE conformance');
+$node->safe_psql('conformance', q{
+	CREATE EXTENSION idempotency;
+	CREATE TABLE orders (id bigserial PRIMARY KEY, item text NOT NULL);
+});
+my $user = getpwuid($<);
+my %database = (PGHOST => $node->host, PGPORT => $node->port, PGDATABASE => 'conformance',
+	PGUSER => $user);
+# The same as the client's connection string.
+my %conninfo = (PGHOST => 'host', PGPORT => 'port', PGDATABASE => 'dbname', PGUSER => 'user');
+
+for my $run (@packages)
+{
+	my $dir = $run =~ s{/conformance/run$}{}r;
+	# An absolute path: IPC::Run looks the program up before the chdir of its init.
+	$run = abs_path($run);
+	my ($setups, $why) = ('', '');
+	IPC::Run::run([ $run, 'setups' ], '>', \$setups, '2>', \$why,
+		init => sub { chdir $dir or die "chdir $dir: $!" });
+	my @setups = grep { /\S/ } split /\n/, $setups;
+	if (!@setups)
+	{
+		note "$dir: no setup can run here: $why";
+		next;
+	}
+	my $prepared = PostgreSQL::Test::Utils::tempdir();
+	my ($out, $err) = ('', '');
+	my $ok = IPC::Run::run([ $run, 'prepare', $prepared ],
+		init => sub { chdir $dir or die "chdir $dir: $!" },
+		'>', \$out, '2>', \$err, IPC::Run::timeout(1800));
+	ok($ok, "$dir: the package installs as its users install it") or diag("$out\n$err");
+	next unless $ok;
+	run_setup($dir, $run, $prepared, $_) for @setups;
+}
+
+done_testing();
+
+# Serves one setup and runs the cases against it.
+sub run_setup
+{
+	my ($dir, $run, $prepared, $setup) = @_;
+	my $port = free_port();
+	my $log = "$prepared/$setup.log";
+	my $server = IPC::Run::start([ $run, 'serve', $prepared, $setup, $port ],
+		'<', \'', '>', $log, '2>&1',
+		init => sub {
+			chdir $dir or die "chdir $dir: $!";
+			@ENV{ keys %database } = values %database;
+		});
+	my $up = wait_for_health($port, $server);
+	ok($up, "$setup: the server answers GET /health") or diag(tail($log));
+	if ($up)
+	{
+		my ($out, $err) = ('', '');
+		my $ran = IPC::Run::run(
+			[ $python, 'test/conformance/client.py', '--url', "http://127.0.0.1:$port",
+				'--dsn', join(' ', map { "$conninfo{$_}=$database{$_}" } sort keys %database) ],
+			'>', \$out, '2>', \$err, IPC::Run::timeout(1800));
+		# Each check, with the "#   " lines of diagnostics that follow a failed one.
+		my $checks = 0;
+		for my $check ($out =~ /^((?:not )?ok - .*\n(?:#   .*\n)*)/mg)
+		{
+			my ($failed, $name, $details) = $check =~ /^(not )?ok - (.*)\n((?:.*\n)*)/;
+			$checks++;
+			ok(!$failed, "$setup: $name") or diag($details);
+		}
+		ok($checks >= 20 && $ran, "$setup: every case ran") or diag("$out\n$err\n" . tail($log));
+	}
+	$server->kill_kill(grace => 30);    # TERM, then KILL if it has not stopped
+	return;
+}
+
+sub free_port
+{
+	my $socket = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 1)
+	  or die "no free port: $!";
+	my $port = $socket->sockport;
+	close $socket;
+	return $port;
+}
+
+# Waits for the server to answer GET /health with 200, as long as it runs.
+sub wait_for_health
+{
+	my ($port, $server) = @_;
+	for (1 .. 1200)    # up to 2 minutes: a JVM or a cold npm start on a loaded machine
+	{
+		return 0 if waitpid($server->{KIDS}[0]{PID}, WNOHANG) > 0;    # it exited
+		my $socket = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 5);
+		if ($socket)
+		{
+			print $socket "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+			my $status = <$socket> // '';
+			close $socket;
+			return 1 if $status =~ m{^HTTP/1\.[01] 200 };
+		}
+		select(undef, undef, undef, 0.1);
+	}
+	return 0;
+}
+
+sub tail
+{
+	my ($file) = @_;
+	return '' unless -e $file;
+	my @lines = split /\n/, slurp_file($file);
+	return join("\n", "the end of $file:", @lines[ ($#lines > 60 ? $#lines - 60 : 0) .. $#lines ]);
+}
