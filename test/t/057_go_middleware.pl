@@ -39,12 +39,14 @@ sub run_in
 {
 	my ($dir, $command, %env) = @_;
 	my ($out, $err) = ('', '');
-	my $ok = IPC::Run::run($command, '>', \$out, '2>', \$err, IPC::Run::timeout(1800),
+	my $ok = IPC::Run::run(
+		$command,
 		init => sub {
 			chdir $dir or die "chdir $dir: $!";
 			@ENV{ keys %go } = values %go;
 			@ENV{ keys %env } = values %env;
-		});
+		},
+		'>', \$out, '2>', \$err, IPC::Run::timeout(1800));
 	return ($ok, "$out$err", $out);
 }
 
