@@ -12,7 +12,7 @@ import (
 // the transaction its writes go in, and in two-phase mode the attempt and the recovery
 // point. A Claim belongs to its request's goroutine.
 type Claim struct {
-	db            *sql.DB
+	session       session
 	ctx           context.Context // the request's: a client that goes away rolls back
 	tx            *sql.Tx
 	scope, key    string // key "": a request run unprotected (Options.KeyOptional)
@@ -22,6 +22,14 @@ type Claim struct {
 }
 
 type claimKey struct{}
+
+// session begins the request's transactions: the *sql.DB, or in two-phase mode one
+// *sql.Conn for all of them, so that the handler's transaction, begun after the claim's
+// commit, needs no second connection from the pool.
+type session interface {
+	BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+	ExecContext(context.Context, string, ...interface{}) (sql.Result, error)
+}
 
 // ClaimFromContext returns the claim of the request whose context ctx is, or nil outside
 // a request the middleware protects.
@@ -83,7 +91,7 @@ func (c *Claim) Checkpoint(ctx context.Context, recoveryPoint string) error {
 		return err
 	}
 	c.recoveryPoint = sql.NullString{String: recoveryPoint, Valid: true}
-	c.tx, err = c.db.BeginTx(c.ctx, nil)
+	c.tx, err = c.session.BeginTx(c.ctx, nil)
 	return err
 }
 
@@ -128,7 +136,7 @@ func (c *Claim) abandon(errorLog *log.Logger) {
 	// release must still reach the server.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := c.db.ExecContext(ctx, releaseSQL, c.scope, c.key, c.attempt); err != nil && sqlstate(err) != "IK003" {
+	if _, err := c.session.ExecContext(ctx, releaseSQL, c.scope, c.key, c.attempt); err != nil && sqlstate(err) != "IK003" {
 		// Its lease ends by itself; IK003: a newer attempt holds it already.
 		errorLog.Printf("idempotency: releasing a claim failed, its lease will end by itself: %v", err)
 	}

@@ -166,7 +166,16 @@ func (m *middleware) answer(r *http.Request) *response {
 		return m.internalError("the scope or tenant hook failed", err)
 	}
 	lease := m.options.Lease
-	tx, err := m.db.BeginTx(r.Context(), nil)
+	var session session = m.db
+	if lease > 0 {
+		conn, err := m.db.Conn(r.Context())
+		if err != nil {
+			return m.failure(r, err)
+		}
+		defer conn.Close()
+		session = conn
+	}
+	tx, err := session.BeginTx(r.Context(), nil)
 	if err != nil {
 		return m.failure(r, err)
 	}
@@ -179,14 +188,14 @@ func (m *middleware) answer(r *http.Request) *response {
 		tx.Rollback() // a replay or a refusal wrote nothing
 		return m.unclaimed(begun)
 	}
-	c := &Claim{db: m.db, ctx: r.Context(), tx: tx, scope: scope, key: keys[0], attempt: begun.attempt,
+	c := &Claim{session: session, ctx: r.Context(), tx: tx, scope: scope, key: keys[0], attempt: begun.attempt,
 		recoveryPoint: begun.recoveryPoint, lease: lease}
 	if lease > 0 {
 		// Two-phase: the claim commits at once; the handler writes in a new transaction.
 		if err := tx.Commit(); err != nil {
 			return m.failure(r, err)
 		}
-		if c.tx, err = m.db.BeginTx(r.Context(), nil); err != nil {
+		if c.tx, err = session.BeginTx(r.Context(), nil); err != nil {
 			c.abandon(m.options.ErrorLog)
 			return m.failure(r, err)
 		}
@@ -195,7 +204,8 @@ func (m *middleware) answer(r *http.Request) *response {
 }
 
 // readBody reads the request body for the fingerprint and puts it back for the handler:
-// nil, or a 413 answer when it is over the limit.
+// nil, or the answer instead: 413 when it is over the limit, 500 when something before
+// the middleware has read it already.
 func (m *middleware) readBody(r *http.Request) ([]byte, *response) {
 	limit := m.options.MaxRequestBytes
 	tooLarge := problem(http.StatusRequestEntityTooLarge, "Request body too large",
@@ -207,12 +217,20 @@ func (m *middleware) readBody(r *http.Request) ([]byte, *response) {
 	if r.Body != nil {
 		var err error
 		body, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
-		if err != nil {
+		var over *http.MaxBytesError // an http.MaxBytesReader's, placed before
+		switch {
+		case errors.As(err, &over) || int64(len(body)) > limit:
+			return nil, tooLarge
+		case err != nil:
 			return nil, problem(http.StatusBadRequest, "The request body could not be read", "", 0)
 		}
-		if int64(len(body)) > limit {
-			return nil, tooLarge
-		}
+	}
+	// net/http fails a body shorter than its Content-Length: a shorter one was read.
+	if r.ContentLength > 0 && int64(len(body)) != r.ContentLength {
+		const fix = "The request body was read before the idempotency middleware: " +
+			"place the middleware before whatever reads the body."
+		m.options.ErrorLog.Print("idempotency: ", fix)
+		return nil, problem(http.StatusInternalServerError, "Internal Server Error", fix, 0)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	return body, nil
@@ -308,7 +326,7 @@ func (m *middleware) unprotected(r *http.Request) *response {
 	if err != nil {
 		return m.failure(r, err)
 	}
-	c := &Claim{db: m.db, ctx: r.Context(), tx: tx}
+	c := &Claim{session: m.db, ctx: r.Context(), tx: tx}
 	w := newRecorder(-1)
 	if panicked, value := m.serve(w, r.WithContext(context.WithValue(r.Context(), claimKey{}, c))); panicked {
 		c.abandon(m.options.ErrorLog)

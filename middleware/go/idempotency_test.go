@@ -86,6 +86,22 @@ func TestBodyOverTheLimitIs413(t *testing.T) {
 	}
 }
 
+func TestBodyReadBeforeIs500(t *testing.T) {
+	r := httptest.NewRequest("POST", "/orders", strings.NewReader(`{"item": "a"}`))
+	r.Header.Set("Idempotency-Key", "k")
+	io.ReadAll(r.Body) // a middleware before this one
+	res := serve(untouched(Options{}, neverRun), r)
+	if res.StatusCode != 500 || !strings.Contains(problemOf(t, res)["detail"].(string), "place the middleware before") {
+		t.Errorf("a body read before: %d", res.StatusCode)
+	}
+	r = httptest.NewRequest("POST", "/orders", strings.NewReader(`{"item": "a"}`))
+	r.Header.Set("Idempotency-Key", "k")
+	r.Body = http.MaxBytesReader(httptest.NewRecorder(), r.Body, 5) // an outer limit
+	if res := serve(untouched(Options{}, neverRun), r); res.StatusCode != 413 {
+		t.Errorf("over an http.MaxBytesReader's limit: %d", res.StatusCode)
+	}
+}
+
 func TestOtherMethodsPassThrough(t *testing.T) {
 	ran := false
 	h := untouched(Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
