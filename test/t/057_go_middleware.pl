@@ -64,7 +64,12 @@ sub go_test
 		$log{$test} .= $event->{Output} if $event->{Action} eq 'output';
 		next unless $event->{Action} =~ /^(pass|fail|skip)$/;
 		$tests++;
-		if ($event->{Action} eq 'skip') { note("$label: $test skipped: $log{$test}"); next; }
+		if ($event->{Action} eq 'skip')
+		{
+			my ($why) = ($log{$test} // '') =~ /_test\.go:\d+: (.*)/;
+			note("$label: $test skipped: " . ($why // 'no reason given'));
+			next;
+		}
 		ok($event->{Action} eq 'pass', "$label: $test") or diag($log{$test});
 	}
 	ok($tests && $ok, "$label: go test ran and passed") or diag($output);
@@ -92,14 +97,7 @@ for my $name ('examples', 'integration')
 	$modules{$name} = $dir;
 }
 
-my $node = new_node('go', conf => ['max_connections = 100']);
-$node->safe_psql('postgres', 'CREATE DATABASE go');
-$node->safe_psql('go', q{
-	CREATE EXTENSION idempotency;
-	CREATE TABLE orders (id bigserial PRIMARY KEY, item text NOT NULL);
-});
-my $user = getpwuid($<);
-my %database = (PGHOST => $node->host, PGPORT => $node->port, PGDATABASE => 'go', PGUSER => $user);
+my ($node, %database) = new_orders_database('go', conf => ['max_connections = 100']);
 go_test('example', $modules{examples}, %database);
 go_test('lib/pq and pgx', $modules{integration}, %database);
 
@@ -108,7 +106,7 @@ go_test('lib/pq and pgx', $modules{integration}, %database);
 # and later) or statement_cache_mode=describe before it, as the reference says.
 SKIP:
 {
-	my $bouncer = start_pgbouncer($node, 'go', $user);
+	my $bouncer = start_pgbouncer($node, 'go', $database{PGUSER});
 	skip 'pgbouncer is not installed (Debian: pgbouncer)', 1 unless $bouncer;
 	my $version = $bouncer->{version};
 	ok($bouncer->{up}, "PgBouncer $version runs in transaction mode") or diag(slurp_file($bouncer->{log}));
