@@ -28,8 +28,10 @@ import (
 	"mime"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -58,8 +60,9 @@ type Options struct {
 	// answers 500 and runs nothing. Default: no tenant, the empty string.
 	Tenant func(*http.Request) (string, error)
 	// ScopePerRoute scopes keys per route as well: the scope is then
-	// "<tenant> <METHOD> <route>", for APIs whose clients reuse keys across routes on
-	// purpose. By default the same key sent to another route is another request (422).
+	// "<tenant> <METHOD> <route>" ("<METHOD> <route>" without a Tenant hook), for APIs whose
+	// clients reuse keys across routes on purpose. By default the same key sent to another
+	// route is another request (422).
 	ScopePerRoute bool
 	// Scope returns the whole scope, replacing Tenant and ScopePerRoute. On Citus, return
 	// the tenant column's value (doc/citus.md). An error answers 500 and runs nothing.
@@ -163,7 +166,8 @@ func (m *middleware) answer(r *http.Request) *response {
 	}
 	scope, err := m.scope(r)
 	if err != nil {
-		return m.internalError("the scope or tenant hook failed", err)
+		m.options.ErrorLog.Printf("idempotency: the tenant or scope hook failed: %v", err)
+		return problem(http.StatusInternalServerError, "The tenant or scope hook failed", "", 0)
 	}
 	lease := m.options.Lease
 	var session session = m.db
@@ -208,7 +212,7 @@ func (m *middleware) answer(r *http.Request) *response {
 // the middleware has read it already.
 func (m *middleware) readBody(r *http.Request) ([]byte, *response) {
 	limit := m.options.MaxRequestBytes
-	tooLarge := problem(http.StatusRequestEntityTooLarge, "Request body too large",
+	tooLarge := problem(http.StatusRequestEntityTooLarge, "The request body is too large",
 		fmt.Sprintf("The request body is over %d bytes, the limit of this endpoint.", limit), 0)
 	if r.ContentLength > limit {
 		return nil, tooLarge
@@ -254,7 +258,11 @@ func (m *middleware) scope(r *http.Request) (scope string, err error) {
 		}
 	}
 	if m.options.ScopePerRoute {
-		return tenant + " " + r.Method + " " + m.options.Route(r), nil
+		perRoute := r.Method + " " + m.options.Route(r)
+		if m.options.Tenant != nil {
+			perRoute = tenant + " " + perRoute
+		}
+		return perRoute, nil
 	}
 	return tenant, nil
 }
@@ -268,13 +276,52 @@ func (m *middleware) fingerprint(r *http.Request, body []byte) fingerprint {
 		query: r.URL.RawQuery, body: body, json: isJSON(r.Header.Get("Content-Type"), body)}
 }
 
+// isJSON: a JSON media type (application/json, application/...+json) and a body that
+// jsonb reads as the same document as every other package does, else it is hashed by its
+// bytes rather than fail the request.
 func isJSON(contentType string, body []byte) bool {
 	mediaType, _, err := mime.ParseMediaType(contentType)
-	if err != nil || !(mediaType == "application/json" || strings.HasSuffix(mediaType, "+json")) {
+	if err != nil || !(mediaType == "application/json" ||
+		strings.HasPrefix(mediaType, "application/") && strings.HasSuffix(mediaType, "+json")) {
 		return false
 	}
 	// The server parses it as text in the database encoding: UTF-8 only.
-	return utf8.Valid(body) && json.Valid(body)
+	return utf8.Valid(body) && json.Valid(body) && jsonbEscapes(body)
+}
+
+// jsonbEscapes: no \u escape of valid JSON that jsonb refuses (\u0000, a surrogate
+// outside a pair), which encoding/json accepts.
+func jsonbEscapes(document []byte) bool {
+	code := func(at int) int { // the \uXXXX at document[at:], or -1
+		if at+6 > len(document) || document[at] != '\\' || document[at+1] != 'u' {
+			return -1
+		}
+		n, err := strconv.ParseUint(string(document[at+2:at+6]), 16, 16)
+		if err != nil {
+			return -1
+		}
+		return int(n)
+	}
+	for at := 0; at < len(document); at++ {
+		if document[at] != '\\' {
+			continue
+		}
+		c := code(at)
+		switch {
+		case c < 0: // another escape: \" \\ \n ...
+			at++
+		case c == 0 || utf16.IsSurrogate(rune(c)) && c >= 0xDC00: // \u0000, a low surrogate alone
+			return false
+		case utf16.IsSurrogate(rune(c)): // a high surrogate: a low one must follow
+			if low := code(at + 6); low < 0xDC00 || low > 0xDFFF {
+				return false
+			}
+			at += 11
+		default:
+			at += 5
+		}
+	}
+	return true
 }
 
 // unclaimed answers a request whose key is not this request's to run.
@@ -282,8 +329,9 @@ func (m *middleware) unclaimed(b *begun) *response {
 	switch b.outcome {
 	case "replay":
 		if b.bodyOmitted {
-			return problem(http.StatusInternalServerError, "The stored response cannot be replayed",
-				"It was stored without its body, which was over idempotency.max_response_bytes.", 0)
+			return problem(http.StatusInternalServerError, "The stored response of this Idempotency-Key has no body",
+				"It was over idempotency.max_response_bytes and was stored without its body: "+
+					"a replay would not be the first answer.", 0)
 		}
 		return replay(b.status, b.headers, b.body)
 	case "in_progress":
@@ -373,9 +421,9 @@ func (m *middleware) responseTooLarge(limit int64) *response {
 		setting += fmt.Sprintf(" (%d bytes)", limit)
 	}
 	m.options.ErrorLog.Printf("idempotency: a response over %s was not stored, and its work was rolled back", setting)
-	return problem(http.StatusInternalServerError, "The response is too large to store",
-		fmt.Sprintf("The response is over %s, the largest the database stores: its work was rolled back, "+
-			"and nothing was stored.", setting), 0)
+	return problem(http.StatusInternalServerError, "The response is over idempotency.max_response_bytes",
+		fmt.Sprintf("The response is over %s, the largest the database stores: it was not sent, "+
+			"its work was rolled back, and nothing was stored.", setting), 0)
 }
 
 // sqlstateAnswer is how a SQLSTATE of sqlstateAnswers (errcodes.go) is answered.
@@ -391,14 +439,9 @@ func (m *middleware) failure(r *http.Request, err error) *response {
 	if a, ok := sqlstateAnswers[sqlstate(err)]; ok {
 		return problem(a.status, a.title, "", a.retryAfter)
 	}
-	if r.Context().Err() != nil {
-		return problem(http.StatusInternalServerError, "Internal Server Error", "", 0)
+	if r.Context().Err() == nil {
+		m.options.ErrorLog.Printf("idempotency: a database call failed: %v", err)
 	}
-	return m.internalError("a database call failed", err)
-}
-
-func (m *middleware) internalError(what string, err error) *response {
-	m.options.ErrorLog.Printf("idempotency: %s: %v", what, err)
 	return problem(http.StatusInternalServerError, "Internal Server Error", "", 0)
 }
 

@@ -212,10 +212,16 @@ func TestFingerprintParts(t *testing.T) {
 		json              bool
 	}{
 		{"application/json", `[1, 2]`, true},
-		{"application/json", `{"item": `, false},        // does not parse: hashed by its bytes
-		{"application/json", "\"\xff\"", false},         // not UTF-8: the server could not read it
-		{"text/plain", `{"item": "a"}`, false},          // JSON only by its content type
-		{"application/jsonish", `{"item": "a"}`, false}, // a media type, not a substring
+		{"application/json", `{"item": `, false},                   // does not parse: hashed by its bytes
+		{"application/json", "\"\xff\"", false},                    // not UTF-8: the server could not read it
+		{"text/plain", `{"item": "a"}`, false},                     // JSON only by its content type
+		{"application/jsonish", `{"item": "a"}`, false},            // a media type, not a substring
+		{"text/x+json", `{}`, false},                               // application/...+json only
+		{"application/json", `"a\u00e9\ud83d\ude00\\u0000"`, true}, // a pair, an escaped backslash
+		{"application/json", `"\u0000"`, false},                    // jsonb refuses these: hashed by bytes
+		{"application/json", `["\ud83d"]`, false},
+		{"application/json", `["\ude00\ud83d"]`, false},
+		{"application/json", `"\ud83d\u0041"`, false},
 		{"", `{}`, false},
 	} {
 		if got := isJSON(c.contentType, []byte(c.body)); got != c.json {
@@ -234,7 +240,8 @@ func TestScope(t *testing.T) {
 		{Options{}, ""},
 		{Options{Tenant: tenant}, "t1"},
 		{Options{Tenant: tenant, ScopePerRoute: true}, "t1 POST /orders"},
-		{Options{ScopePerRoute: true, Route: func(*http.Request) string { return "/orders/{id}" }}, " POST /orders/{id}"},
+		{Options{ScopePerRoute: true, Route: func(*http.Request) string { return "/orders/{id}" }}, "POST /orders/{id}"},
+		{Options{Tenant: func(*http.Request) (string, error) { return "", nil }, ScopePerRoute: true}, " POST /orders"},
 		{Options{Tenant: tenant, ScopePerRoute: true, Scope: func(*http.Request) (string, error) { return "all", nil }}, "all"},
 	} {
 		m := &middleware{options: c.options.withDefaults()}

@@ -338,7 +338,7 @@ func TestRouters(t *testing.T) {
 			if first.status != 201 || !retry.replayed() || retry.body != first.body || !isProblem(other, 422) {
 				t.Errorf("%s: %+v, %+v, %+v", name, first, retry, other)
 			}
-			if query(t, db, "SELECT status FROM idempotency_lookup(' POST /orders/{id}', $1)", key) != "completed" {
+			if query(t, db, "SELECT status FROM idempotency_lookup('POST /orders/{id}', $1)", key) != "completed" {
 				t.Errorf("%s: the scope is not named by the route's pattern", name)
 			}
 			srv.Close()
