@@ -13,6 +13,7 @@ use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
 use IdempotencyTest;
+use File::Path qw(make_path);
 use IPC::Run;
 use JSON::PP;
 use PostgreSQL::Test::Cluster;
@@ -29,9 +30,15 @@ plan skip_all => "Debian's Go sources of @missing are not installed" if @missing
 my $package = 'middleware/go';
 my $tmp = PostgreSQL::Test::Utils::tempdir();
 
-# Go with nothing from the caller's environment and nothing downloaded.
-my %go = (HOME => $tmp, GOPATH => "$tmp/gopath", GOCACHE => "$tmp/gocache", GO111MODULE => 'on',
-	GOPROXY => 'off', GOTOOLCHAIN => 'local', GOFLAGS => '');
+# Go with nothing downloaded.  The build cache is the user's where it can be
+# written, as in middleware/go/conformance/run (t/056 compiled Debian's pgx
+# into it already), else one of this test's.
+my %go = (GOPATH => "$tmp/gopath", GO111MODULE => 'on', GOPROXY => 'off', GOTOOLCHAIN => 'local',
+	GOFLAGS => '');
+my $cache = `go env GOCACHE`;
+chomp $cache;
+make_path($cache, { error => \my $unused }) if $cache;
+$go{GOCACHE} = "$tmp/gocache" unless $cache && -d $cache && -w $cache;
 
 # Runs a command in $dir with the Go environment and %env: whether it succeeded,
 # and its output.
