@@ -96,10 +96,13 @@ func (c *Claim) Checkpoint(ctx context.Context, recoveryPoint string) error {
 }
 
 // complete stores the response with idempotency_complete and commits it with the
-// handler's writes.
+// handler's writes (a request run unprotected has nothing to store).
 func (c *Claim) complete(answer *response, o Options) error {
 	if c.tx == nil {
 		return sql.ErrTxDone
+	}
+	if c.key == "" {
+		return c.tx.Commit()
 	}
 	if answer.status >= 500 {
 		// Options.StoreServerErrors: the server stores a 5xx only with its setting on.

@@ -342,7 +342,7 @@ func (m *middleware) unclaimed(b *begun) *response {
 }
 
 // run runs the handler in the claim's transaction and stores its response, or gives the
-// claim up when it fails or answers a server error.
+// claim up when it fails or answers a server error. maxResponseBytes -1: no limit.
 func (m *middleware) run(r *http.Request, c *Claim, maxResponseBytes int64) *response {
 	w := newRecorder(maxResponseBytes)
 	if panicked, value := m.serve(w, r.WithContext(context.WithValue(r.Context(), claimKey{}, c))); panicked {
@@ -368,27 +368,14 @@ func (m *middleware) run(r *http.Request, c *Claim, maxResponseBytes int64) *res
 	return answer
 }
 
-// unprotected runs a request without a key (KeyOptional) in a transaction of its own.
+// unprotected runs a request without a key (KeyOptional) in a transaction of its own, as
+// a claimed one, with nothing stored.
 func (m *middleware) unprotected(r *http.Request) *response {
 	tx, err := m.db.BeginTx(r.Context(), nil)
 	if err != nil {
 		return m.failure(r, err)
 	}
-	c := &Claim{session: m.db, ctx: r.Context(), tx: tx}
-	w := newRecorder(-1)
-	if panicked, value := m.serve(w, r.WithContext(context.WithValue(r.Context(), claimKey{}, c))); panicked {
-		c.abandon(m.options.ErrorLog)
-		return m.panicked(value)
-	}
-	answer := w.result()
-	if answer.status >= http.StatusInternalServerError && !m.options.StoreServerErrors {
-		c.abandon(m.options.ErrorLog)
-		return answer
-	}
-	if err := c.tx.Commit(); err != nil {
-		return m.failure(r, err)
-	}
-	return answer
+	return m.run(r, &Claim{session: m.db, ctx: r.Context(), tx: tx}, -1)
 }
 
 // serve runs the handler and recovers its panic, which is answered 500 once the work is
