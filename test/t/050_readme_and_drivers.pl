@@ -56,9 +56,9 @@ for my $document (@documents)
 is(join("\n", @unmarked), '', 'every SQL block in the documentation is run or checked');
 
 # The middleware examples: each block marked "example: FILE" is that file,
-# which the middleware's own suite runs (test/t/052, test/t/053).
+# which the middleware's own suite runs (test/t/052, test/t/053, test/t/057).
 my $examples = 0;
-for my $document (@documents, 'middleware/python/README.md', 'middleware/node/README.md')
+for my $document (@documents, sort glob('middleware/*/README.md'))
 {
 	my $text = slurp_file($document);
 	while ($text =~ /<!-- example: (\S+) -->\n```\w*\n(.*?)\n```/gs)
