@@ -37,9 +37,9 @@ async function protect(pool, config, req, res, next) {
   const read = await requestBody(req, config.maxBodyBytes ?? MAX_BODY_BYTES);
   if (read.answer) return send(res, read.answer);
   const contentType = req.headers['content-type'] || '';
+  req.rawBody = read.body;
   if (!req._body) {
     // Parsers placed after the middleware find req._body set and leave req.body alone.
-    req.rawBody = read.body;
     req._body = true;
     if (isJsonType(contentType) && read.body.length > 0) {
       try {

@@ -125,7 +125,5 @@ async function bytesOf(payload, cap) {
 fastifyIdempotency[Symbol.for('skip-override')] = true;
 fastifyIdempotency[Symbol.for('fastify.display-name')] = 'pg-idempotency';
 fastifyIdempotency[Symbol.for('plugin-meta')] = { name: 'pg-idempotency', fastify: '4.x || 5.x' };
-fastifyIdempotency.default = fastifyIdempotency;
-fastifyIdempotency.fastifyIdempotency = fastifyIdempotency;
 
 module.exports = { fastifyIdempotency };
