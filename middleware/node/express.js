@@ -70,10 +70,11 @@ async function protect(pool, config, req, res, next) {
   next();
 }
 
-// The route pattern: the mount path and the route's path in route middleware; the path
-// itself where the route is not known yet (app.use).
+// The route pattern: the path the route was declared with (within its router: the
+// mount path is in the request's path), as 0.3.0's scope had it; the path itself where
+// the route is not known yet (app.use).
 function routeOf(req) {
-  return req.route ? `${req.baseUrl}${req.route.path}` : splitUrl(req.originalUrl).path;
+  return req.route ? String(req.route.path) : splitUrl(req.originalUrl).path;
 }
 
 // {body} or {answer}: the request's raw bytes, read here unless a parser placed before
