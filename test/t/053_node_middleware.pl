@@ -1,7 +1,9 @@
-# The Node middleware (middleware/node: Express and Fastify over node-postgres)
-# against a server with the extension: npm ci from the package lock (the npm
-# registry, or npm's cache), then its own suite, middleware/node/test, one TAP
-# line per test.  Needs node and npm (Debian: nodejs, npm); skips, saying so,
+# The Node middleware (middleware/node: Express 4 and 5 and Fastify 4 and 5 over
+# node-postgres) against a server with the extension: npm ci from the package lock
+# (the npm registry, or npm's cache), then its own suite, middleware/node/test, one
+# TAP line per test: the rules of middleware/README.md in each framework, the
+# examples, the node-idempotency store, and the packed tarball under a strict
+# TypeScript compile.  Needs node and npm (Debian: nodejs, npm); skips, saying so,
 # without them.
 use strict;
 use warnings;
@@ -17,10 +19,11 @@ plan skip_all => 'node and npm are not installed (Debian: nodejs, npm)'
   unless system('node --version >/dev/null 2>&1 && npm --version >/dev/null 2>&1') == 0;
 
 my $dir = 'middleware/node';
-my $cache = PostgreSQL::Test::Utils::tempdir() . '/npm-cache';
+# npm's own cache, shared with the conformance suite's installs (t/056): the lock pins
+# every package by its integrity, so what an earlier run fetched is not fetched again.
 my ($out, $err) = ('', '');
 my $installed = IPC::Run::run(
-	[ 'npm', 'ci', '--no-audit', '--no-fund', '--cache', $cache ],
+	[ 'npm', 'ci', '--no-audit', '--no-fund', '--prefer-offline' ],
 	'>', \$out, '2>', \$err,
 	init => sub { chdir $dir or die "chdir $dir: $!"; });
 ok($installed, 'npm ci installs the locked dependencies') or diag("$out\n$err");
