@@ -7,7 +7,7 @@ import uuid
 import psycopg
 import psycopg2
 
-from pg_idempotency.core import Options, Request, begin
+from pg_idempotency.core import Options, Request, begin_query, execute
 
 DRIVERS = {"psycopg": lambda: psycopg.connect(""), "psycopg2": lambda: psycopg2.connect("")}
 
@@ -40,13 +40,14 @@ def new_key():
     return str(uuid.uuid4())
 
 
-def hold_claim(scope, method, path, key, body):
+def hold_claim(scope, method, route, path, key, body):
     """Another request with the same key, claimed and not committed: the returned
     connection holds it until it rolls back (or commits)."""
     conn = psycopg.connect("")
-    request = Request(method=method, route="", path=path, body=body, key=key,
+    request = Request(method=method, route=route, path=path, query="", body=body, key=key,
                       content_type="application/json")
-    outcome = begin(conn, scope, request, Options(), None)[0]
+    step = begin_query(scope, request, Options(), None, None)
+    outcome = execute(conn, step.sql, step.params).fetchone()[0]
     assert outcome == "claimed", outcome
     return conn
 
@@ -57,7 +58,8 @@ class Checks:
     raises, item "fail" answers 503.  A subclass sets `post(key, body, headers=None)`
     returning (status, headers as a dict with lower-case names, body bytes), and `scope`."""
 
-    scope = "POST /orders"
+    scope = ""  # the default: no tenant hook, one namespace
+    route = "/orders"
 
     def setUp(self):
         reset_orders()
@@ -96,7 +98,7 @@ class Checks:
 
     def test_in_flight_duplicate_is_409_with_retry_after(self):
         key = new_key()
-        holder = hold_claim(self.scope, "POST", "/orders", key, b'{"item": "book"}')
+        holder = hold_claim(self.scope, "POST", self.route, "/orders", key, b'{"item": "book"}')
         try:
             status, headers, _ = self.post(key, b'{"item": "book"}')
             self.assertEqual(status, 409)

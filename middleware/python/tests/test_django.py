@@ -48,7 +48,7 @@ urlpatterns = [path("orders", create_order)]
 
 
 class DjangoMiddleware(Checks, unittest.TestCase):
-    scope = "POST orders"  # Django's route pattern
+    route = "orders"  # Django's route pattern
 
     def post(self, key, body):
         extra = {} if key is None else {"HTTP_IDEMPOTENCY_KEY": key}

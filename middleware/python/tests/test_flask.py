@@ -5,7 +5,8 @@ import unittest
 from flask import Flask, request
 
 from pg_idempotency.flask import idempotent
-from support import DRIVERS, Checks, key_status, new_key, order_count, reset_orders
+from pg_idempotency.core import execute
+from support import DRIVERS, Checks, hold_claim, key_status, new_key, order_count, reset_orders
 
 
 def orders_app(connect, **options):
@@ -69,17 +70,15 @@ class FlaskOptions(unittest.TestCase):
         self.assertEqual(order_count("free"), 1)
 
     def test_wait_answers_the_holders_response(self):
-        from pg_idempotency.core import Options, Request, begin, complete, Response
         key = new_key()
-        holder = DRIVERS["psycopg"]()
-        held = Request("POST", "", "/orders", b'{"item": "book"}', key, "application/json")
-        self.assertEqual(begin(holder, "POST /orders", held, Options(), None)[0], "claimed")
+        holder = hold_claim("", "POST", "/orders", "/orders", key, b'{"item": "book"}')
         app = orders_app(DRIVERS["psycopg"], wait=300)
         answers = []
         waiter = threading.Thread(target=lambda: answers.append(self.post(app, key, b'{"item": "book"}')))
         waiter.start()
         # The waiter answers once the holder commits, whenever it arrived.
-        complete(holder, "POST /orders", key, Response(201, [], b'{"held": true}'), Options())
+        execute(holder, "SELECT idempotency_complete('', %s, 201, response_body_bytes => %s)",
+                (key, b'{"held": true}'))
         holder.commit()
         holder.close()
         waiter.join()
@@ -109,7 +108,7 @@ class FlaskOptions(unittest.TestCase):
             "Content-Type": "application/json", "Idempotency-Key": key})
         self.assertEqual(first.status_code, 201)
         self.assertEqual((seen["attempt"], seen["recovery_point"], seen["retry"]), (1, None, 409))
-        self.assertEqual(key_status("POST /payments", key), "completed")
+        self.assertEqual(key_status("", key), "completed")
         replay = app.test_client().post("/payments", data=b"{}", headers={
             "Content-Type": "application/json", "Idempotency-Key": key})
         self.assertEqual((replay.status_code, replay.data), (201, first.data))
