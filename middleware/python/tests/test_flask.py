@@ -2,41 +2,43 @@
 import threading
 import unittest
 
+import flask
 from flask import Flask, request
 
 from pg_idempotency.flask import idempotent
 from pg_idempotency.core import execute
-from support import DRIVERS, Checks, hold_claim, key_status, new_key, order_count, reset_orders
+from support import (DRIVERS, Checks, hold_claim, key_status, new_key, order_count, pieces,
+                     place_order, reset_orders, tenant)
 
 
 def orders_app(connect, **options):
     app = Flask(__name__)
 
     @app.post("/orders")
-    @idempotent(connect, **options)
+    @idempotent(connect, tenant=tenant, **options)
     def create_order(idem):
-        item = request.get_json()["item"]
-        cur = idem.conn.cursor()
-        cur.execute("INSERT INTO orders (item) VALUES (%s) RETURNING id", (item,))
-        (order_id,) = cur.fetchone()
-        if item == "boom":
+        data = request.get_json()
+        order_id, body = place_order(idem.conn.cursor(), data)
+        if data["item"] == "boom":
             raise RuntimeError("the handler failed")
-        if item == "fail":
+        if data["item"] == "fail":
             return {"error": "upstream down"}, 503
-        return {"order": order_id}, 201, {"Location": f"/orders/{order_id}"}
+        headers = {"Location": f"/orders/{order_id}", "Content-Type": "application/json"}
+        return flask.Response(pieces(body) if data.get("stream") else body, 201, headers)
 
     return app
 
 
 class FlaskChecks(Checks):
     driver = None
+    native_type = flask.Request
 
     def setUp(self):
         super().setUp()
         self.app = orders_app(DRIVERS[self.driver])
 
-    def post(self, key, body, app=None):
-        headers = {"Content-Type": "application/json"}
+    def post(self, key, body, headers=None, app=None):
+        headers = {"Content-Type": "application/json", **(headers or {})}
         if key is not None:
             headers["Idempotency-Key"] = key
         answer = (app or self.app).test_client().post("/orders", data=body, headers=headers)
@@ -71,13 +73,13 @@ class FlaskOptions(unittest.TestCase):
 
     def test_wait_answers_the_holders_response(self):
         key = new_key()
-        holder = hold_claim("", "POST", "/orders", "/orders", key, b'{"item": "book"}')
+        holder = hold_claim("public", "POST", "/orders", "/orders", key, b'{"item": "book"}')
         app = orders_app(DRIVERS["psycopg"], wait=300)
         answers = []
         waiter = threading.Thread(target=lambda: answers.append(self.post(app, key, b'{"item": "book"}')))
         waiter.start()
         # The waiter answers once the holder commits, whenever it arrived.
-        execute(holder, "SELECT idempotency_complete('', %s, 201, response_body_bytes => %s)",
+        execute(holder, "SELECT idempotency_complete('public', %s, 201, response_body_bytes => %s)",
                 (key, b'{"held": true}'))
         holder.commit()
         holder.close()
