@@ -9,7 +9,7 @@ back between statements, so that waiting duplicates cannot take every thread the
 they wait for needs to finish.
 """
 import inspect
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional, cast
 
 import anyio
 import anyio.to_thread
@@ -49,7 +49,7 @@ async def drive_async(steps: Course, perform: Callable[[Step], Awaitable[Any]]) 
         try:
             step = steps.send(value) if error is None else steps.throw(error)
         except StopIteration as stop:
-            return stop.value
+            return cast(Response, stop.value)
         try:
             value, error = await perform(step), None
         except Exception as failure:  # noqa: BLE001 - handed to the course
@@ -58,7 +58,7 @@ async def drive_async(steps: Course, perform: Callable[[Step], Awaitable[Any]]) 
 
 async def handle_async(conn: Any, request: Request,
                        handler: Callable[[Context], Awaitable[Response]],
-                       options: Options = Options(), scope: str = "") -> Response:
+                       options: "Options[Any]" = Options(), scope: str = "") -> Response:
     """core.handle on an event loop: `conn` is an asyncio connection or a blocking one
     (see above); `handler` is awaited with an AsyncContext or a Context accordingly."""
     polls = not is_async(conn)

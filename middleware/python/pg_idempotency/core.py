@@ -21,8 +21,8 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import (Any, Callable, Generator, Generic, List, Optional, Sequence, Tuple,
-                    TypeVar, Union)
+from typing import (Any, Callable, Dict, Generator, Generic, List, Optional, Sequence, Tuple,
+                    TypeVar, Union, cast)
 
 # The SQLSTATEs answered with something other than 500, and how (doc/reference.md,
 # "Errors"; generated from src/errcodes.txt).  Any other error is the handler's or the
@@ -35,6 +35,7 @@ Headers = List[Tuple[str, str]]
 # starlette.requests.Request (FastAPI's too), django.http.HttpRequest.
 NativeRequest = TypeVar("NativeRequest")
 Hook = Callable[[NativeRequest], str]
+Row = Tuple[Any, ...]
 Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
 ROUTE_OPTIONS = "__idempotency_options__"
 
@@ -87,7 +88,7 @@ class Options(Generic[NativeRequest]):
     # interval text), the handler runs outside a transaction and may checkpoint.
     lease: Optional[str] = None
 
-    def merged(self, overrides: dict) -> "Options[NativeRequest]":
+    def merged(self, overrides: Dict[str, Any]) -> "Options[NativeRequest]":
         """These options with some fields replaced (a route's own, in Starlette and Django)."""
         return Options(**{**self.__dict__, **overrides}) if overrides else self
 
@@ -118,7 +119,7 @@ class ResponseTooLarge(Exception):
 class Query:
     """Run `sql`; the course gets its first row (or None)."""
     sql: str
-    params: tuple
+    params: Tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -187,11 +188,11 @@ def problem(status: int, title: str, retry_after: Optional[int] = None,
     return Response(status, headers, json.dumps(document).encode())
 
 
-def key_required(options: Options) -> Response:
+def key_required(options: "Options[Any]") -> Response:
     return problem(400, f"The {options.header} header is required")
 
 
-def refused_early(options: Options, body: Optional[bytes], key: Optional[str]) -> Optional[Response]:
+def refused_early(options: "Options[Any]", body: Optional[bytes], key: Optional[str]) -> Optional[Response]:
     """The answers given before the hooks run: 413 for a body over Options.max_body_bytes
     (None: the adapter stopped reading it there), 400 for a missing key."""
     if body is None:
@@ -217,7 +218,7 @@ def sqlstate(error: Optional[BaseException]) -> Optional[str]:
     while error is not None:
         code = getattr(error, "sqlstate", None) or getattr(error, "pgcode", None)
         if code:
-            return code
+            return str(code)
         error = error.__cause__
     return None
 
@@ -226,12 +227,12 @@ def error_detail(error: Optional[BaseException]) -> Optional[str]:
     while error is not None:
         detail = getattr(getattr(error, "diag", None), "message_detail", None)
         if detail:
-            return detail
+            return str(detail)
         error = error.__cause__
     return None
 
 
-def execute(conn: Any, sql: str, params: tuple = ()) -> Any:
+def execute(conn: Any, sql: str, params: Tuple[Any, ...] = ()) -> Any:
     cur = conn.cursor()
     cur.execute(sql, params)
     return cur
@@ -276,10 +277,11 @@ def json_text(body: bytes) -> Optional[str]:
     return None if "\\u0000" in text else text
 
 
-def fingerprint_sql(request: Request) -> Tuple[str, tuple]:
+def fingerprint_sql(request: Request) -> Tuple[str, Tuple[Any, ...]]:
     """request_hash_parts(method, route pattern, path, query string, body): a JSON body
     by its value, not its spelling, any other by its bytes."""
     text = json_text(request.body) if "json" in request.content_type.lower() else None
+    body: Union[str, bytes]
     if text is not None:
         body_hash, body = "request_hash_jsonb(%s::text)::text", text
     else:
@@ -294,7 +296,7 @@ def byte_count(setting: Optional[str]) -> Optional[int]:
     if found is None:
         return None
     power = ("B", "kB", "MB", "GB", "TB").index(found.group(2) or "B")
-    return int(found.group(1)) * 1024 ** power
+    return int(found.group(1)) << (10 * power)
 
 
 BEGIN_COLUMNS = ("outcome::text, response_status, response_headers::text, response_body_bytes,"
@@ -302,7 +304,7 @@ BEGIN_COLUMNS = ("outcome::text, response_status, response_headers::text, respon
                  " current_setting('idempotency.max_response_bytes', true)")
 
 
-def begin_query(scope: str, request: Request, options: Options, lease: Optional[str],
+def begin_query(scope: str, request: Request, options: "Options[Any]", lease: Optional[str],
                 wait: Optional[float]) -> Query:
     hash_sql, hash_params = fingerprint_sql(request)
     named, params = [], []
@@ -317,11 +319,11 @@ def begin_query(scope: str, request: Request, options: Options, lease: Optional[
     return Query(sql, (scope, request.key, *hash_params, *params))
 
 
-def complete_query(scope: str, key: str, response: Response, options: Options,
+def complete_query(scope: str, key: str, response: Response, options: "Options[Any]",
                    attempt: Optional[int]) -> Query:
     """Stores the response whole or fails with 54000: never a record without its body."""
     wanted = {name.lower() for name in options.stored_headers}
-    headers: dict = {}
+    headers: Dict[str, Any] = {}
     for name, value in response.headers:
         if name.lower() in wanted:
             previous = headers.get(name)
@@ -363,13 +365,15 @@ def unclaimed(outcome: str, status: Optional[int], headers: Optional[str],
 POLL_FIRST, POLL_MAX = 0.05, 0.5
 
 
-def claim(scope: str, request: Request, options: Options, lease: Optional[str],
-          polls: bool) -> Generator[Step, Any, tuple]:
+def claim(scope: str, request: Request, options: "Options[Any]", lease: Optional[str],
+          polls: bool) -> Generator[Step, Any, Tuple[Any, ...]]:
     """idempotency_begin; with Options.wait, waits for a request in flight: in the server
     (one statement), or, where `polls`, by asking again after pauses that hold no
     connection's statement open, so that no thread is held while waiting."""
+    row: Row
     if not polls or options.wait is None:
-        return (yield begin_query(scope, request, options, lease, options.wait))
+        row = yield begin_query(scope, request, options, lease, options.wait)
+        return row
     deadline = time.monotonic() + options.wait
     pause = POLL_FIRST
     while True:
@@ -382,7 +386,7 @@ def claim(scope: str, request: Request, options: Options, lease: Optional[str],
         pause = min(pause * 2, POLL_MAX)
 
 
-def course(request: Request, scope: str, options: Options, polls: bool = False) -> Course:
+def course(request: Request, scope: str, options: "Options[Any]", polls: bool = False) -> Course:
     """The whole course of one request whose method is protected and whose body is within
     the limit: yields steps, returns the answer."""
     if request.key is None:
@@ -398,7 +402,7 @@ def course(request: Request, scope: str, options: Options, polls: bool = False) 
             yield ROLLBACK
             return unclaimed(outcome, status, headers, body, omitted, retry_after_seconds)
         try:
-            response = yield Run(scope, request.key, attempt, None, byte_count(limit))
+            response: Response = yield Run(scope, request.key, attempt, None, byte_count(limit))
         except ResponseTooLarge:
             yield ROLLBACK
             return response_too_large(None)
@@ -418,7 +422,7 @@ def course(request: Request, scope: str, options: Options, polls: bool = False) 
         return problem(*answer)
 
 
-def store(scope: str, key: str, response: Response, options: Options,
+def store(scope: str, key: str, response: Response, options: "Options[Any]",
           attempt: Optional[int]) -> Generator[Step, Any, Optional[Response]]:
     """idempotency_complete; a response over idempotency.max_response_bytes (54000) rolls
     the transaction back and answers 500, so that a retry runs again."""
@@ -435,7 +439,7 @@ def store(scope: str, key: str, response: Response, options: Options,
 def unprotected(scope: str) -> Course:
     """No key and not required: the handler runs in a transaction, nothing stored."""
     try:
-        response = yield Run(scope, None)
+        response: Response = yield Run(scope, None)
     except Exception:
         yield ROLLBACK
         raise
@@ -443,7 +447,7 @@ def unprotected(scope: str) -> Course:
     return response
 
 
-def two_phase(request: Request, scope: str, options: Options, polls: bool) -> Course:
+def two_phase(request: Request, scope: str, options: "Options[Any]", polls: bool) -> Course:
     """Claim with a lease and commit; the handler runs outside the claim's transaction
     (it may call other systems and checkpoint); its response is stored in a transaction
     of its own, fenced by the attempt: a worker whose lease ended gets IK003 (409)."""
@@ -455,7 +459,7 @@ def two_phase(request: Request, scope: str, options: Options, polls: bool) -> Co
     if outcome != "claimed":
         return unclaimed(outcome, status, headers, body, omitted, retry_after_seconds)
     try:
-        response = yield Run(scope, key, attempt, recovery_point, byte_count(limit))
+        response: Response = yield Run(scope, key, attempt, recovery_point, byte_count(limit))
     except ResponseTooLarge:
         yield from give_up(scope, key, attempt)
         return response_too_large(None)
@@ -493,7 +497,7 @@ def drive(steps: Course, perform: Callable[[Step], Any]) -> Response:
         try:
             step = steps.send(value) if error is None else steps.throw(error)
         except StopIteration as stop:
-            return stop.value
+            return cast(Response, stop.value)
         try:
             value, error = perform(step), None
         except Exception as failure:  # noqa: BLE001 - handed to the course
@@ -501,7 +505,7 @@ def drive(steps: Course, perform: Callable[[Step], Any]) -> Response:
 
 
 def handle(conn: Any, request: Request, handler: Callable[[Context], Response],
-           options: Options = Options(), scope: str = "") -> Response:
+           options: "Options[Any]" = Options(), scope: str = "") -> Response:
     """Runs `handler` at most once per key: the whole course of one request, on a blocking
     psycopg 3 or psycopg2 connection; `scope` is scope_of's."""
     def perform(step: Step) -> Any:

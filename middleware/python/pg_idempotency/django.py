@@ -12,7 +12,7 @@ IDEMPOTENCY they are callables or dotted paths to them.  @route_options(wait=30)
 view options of its own.
 """
 import logging
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 from django.conf import settings
 from django.db import connections, transaction
@@ -58,7 +58,10 @@ class AtomicConnection:
 
 
 def hook(value: Any) -> Optional[Callable[[HttpRequest], str]]:
-    return import_string(value) if isinstance(value, str) else value
+    """A hook from settings: a callable, or the dotted path of one."""
+    found: Optional[Callable[[HttpRequest], str]] = (import_string(value) if isinstance(value, str)
+                                                     else value)
+    return found
 
 
 class IdempotencyMiddleware:
@@ -94,7 +97,7 @@ class IdempotencyMiddleware:
                            content_type=request.content_type or "")
 
         def run(context: Context) -> Response:
-            request.idempotency = context  # type: ignore[attr-defined]
+            request.idempotency = context
             answer = self.get_response(request)
             body = buffered(answer, context.max_response_bytes)
             return Response(answer.status_code, list(answer.items()), body, native=answer)
@@ -118,9 +121,9 @@ def buffered(answer: HttpResponseBase, limit: Optional[int]) -> bytes:
     """The response's body; a StreamingHttpResponse is read up to `limit` bytes and then
     sent whole, or refused with ResponseTooLarge."""
     if not answer.streaming:
-        return answer.content  # type: ignore[attr-defined,no-any-return]
+        return cast(bytes, answer.content)
     chunks, size = [], 0
-    for chunk in answer.streaming_content:  # type: ignore[attr-defined]
+    for chunk in answer.streaming_content:
         size += len(chunk)
         if limit is not None and size > limit:
             raise ResponseTooLarge()
@@ -128,7 +131,7 @@ def buffered(answer: HttpResponseBase, limit: Optional[int]) -> bytes:
     body = b"".join(chunks)
     # Not answer.close(): it sends request_finished, which would close the connection
     # inside the claim's transaction.  Django closes it after sending.
-    answer.streaming_content = [body]  # type: ignore[attr-defined]
+    answer.streaming_content = [body]
     answer["Content-Length"] = str(len(body))
     return body
 

@@ -94,6 +94,7 @@ class IdempotencyMiddleware:
             await respond(send, refused)
             return
         assert body is not None
+        read: bytes = body  # for run(), which mypy does not see the assert in
         native = StarletteRequest(scope, replay(body))
         try:
             namespace = scope_of(options, native, scope["method"], pattern)
@@ -107,7 +108,7 @@ class IdempotencyMiddleware:
 
         async def run(context: Context) -> Response:
             scope.setdefault("state", {})["idempotency"] = context
-            return await self.run_app(scope, body, context.max_response_bytes)
+            return await self.run_app(scope, read, context.max_response_bytes)
 
         conn = await call(self.connect)
         try:
