@@ -29,7 +29,7 @@ def idempotent(connect: Callable[[], Any], release: Optional[Callable[[Any], Non
     """`connect()` returns a blocking psycopg 3 or psycopg2 connection, which `release(conn)`
     gives back after the request (default: conn.close(); pass a pool's putconn instead).
     Requests of `methods` get the view called with a pg_idempotency.Context first: its
-    `conn` is in the claim's transaction, which the middleware commits.  `tenant` and
+    `conn` is in the claim's transaction, which the middleware commits (others with None).  `tenant` and
     `scope` receive the flask.Request; `options` are pg_idempotency.Options' fields."""
     settings: Options[flask.Request] = Options(tenant=tenant, scope=scope, **options)
     protected = {m.upper() for m in methods}
@@ -39,7 +39,7 @@ def idempotent(connect: Callable[[], Any], release: Optional[Callable[[Any], Non
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             native: flask.Request = request._get_current_object()  # type: ignore[attr-defined]
             if native.method not in protected:
-                return view(*args, **kwargs)
+                return view(None, *args, **kwargs)  # passes through, with no context
             body = read_body(native, settings.max_body_bytes)
             key = native.headers.get(settings.header)
             refused = refused_early(settings, body, key)
