@@ -39,7 +39,7 @@ for my $run (@packages)
 {
 	my $dir = $run =~ s{/conformance/run$}{}r;
 	my ($setups, $why) = ('', '');
-	IPC::Run::run([ "$dir/conformance/run", 'setups' ], '>', \$setups, '2>', \$why,
+	IPC::Run::run([ "conformance/run", 'setups' ], '>', \$setups, '2>', \$why,
 		init => sub { chdir $dir or die "chdir $dir: $!" });
 	my @setups = grep { /\S/ } split /\n/, $setups;
 	if (!@setups)
