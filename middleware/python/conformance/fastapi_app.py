@@ -6,9 +6,9 @@ import os
 from typing import Any, Dict
 
 from fastapi import Body, FastAPI, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
-from orders import GATE, INSERT, answer, fail_if_asked, location, order_on, pieces, tenant
+from orders import GATE, INSERT, asgi_response, fail_if_asked, order_on, tenant
 from pg_idempotency.starlette import IdempotencyMiddleware, route_options
 
 app = FastAPI()
@@ -17,15 +17,6 @@ app = FastAPI()
 @app.get("/health")
 def health():
     return "ok"
-
-
-def respond(number: int, data: Dict[str, Any]) -> Response:
-    body = answer(number, data)
-    headers = {"Location": location(number)}
-    status = data.get("status", 201)
-    if data.get("stream"):
-        return StreamingResponse(pieces(body), status, headers, media_type="application/json")
-    return Response(body, status, headers, media_type="application/json")
 
 
 if os.environ["CONFORMANCE_DRIVER"] == "psycopg2":
@@ -38,7 +29,7 @@ if os.environ["CONFORMANCE_DRIVER"] == "psycopg2":
         def order(request: Request, data: Dict[str, Any] = Body(...)) -> Response:
             number = order_on(request.state.idempotency.conn, data)
             fail_if_asked(data)
-            return respond(number, data)
+            return asgi_response(number, data)
         return order
 else:
     import psycopg
@@ -56,7 +47,7 @@ else:
             if data.get("fail") == "async":
                 await asyncio.sleep(0)
             fail_if_asked(data)
-            return respond(number, data)
+            return asgi_response(number, data)
         return order
 
 for path in ("/orders", "/refunds", "/parsed/orders"):

@@ -55,3 +55,16 @@ def fail_if_asked(data: Mapping[str, Any]) -> None:
     """After the insert: "fail" makes the handler raise."""
     if data.get("fail"):
         raise HandlerFailed(f"the order handler fails ({data['fail']})")
+
+
+def asgi_response(number: int, data: Mapping[str, Any]) -> Any:
+    """The answer of a Starlette or FastAPI endpoint (FastAPI's responses are Starlette's):
+    streamed through a StreamingResponse with "stream"."""
+    from starlette.responses import Response, StreamingResponse
+
+    body = answer(number, data)
+    headers = {"Location": location(number)}
+    status = data.get("status", 201)
+    if data.get("stream"):
+        return StreamingResponse(pieces(body), status, headers, media_type="application/json")
+    return Response(body, status, headers, media_type="application/json")

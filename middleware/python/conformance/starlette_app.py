@@ -6,10 +6,10 @@ import psycopg
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
-from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from orders import answer, fail_if_asked, location, order_on, pieces, tenant
+from orders import asgi_response, fail_if_asked, order_on, tenant
 from pg_idempotency.starlette import IdempotencyMiddleware, route_options
 
 
@@ -24,12 +24,7 @@ def make_order():
         if data.get("fail") == "async":
             await asyncio.sleep(0)
         fail_if_asked(data)
-        body = answer(number, data)
-        headers = {"Location": location(number)}
-        status = data.get("status", 201)
-        if data.get("stream"):
-            return StreamingResponse(pieces(body), status, headers, media_type="application/json")
-        return Response(body, status, headers, media_type="application/json")
+        return asgi_response(number, data)
     return order
 
 

@@ -9,13 +9,13 @@ back between statements, so that waiting duplicates cannot take every thread the
 they wait for needs to finish.
 """
 import inspect
-from typing import Any, Awaitable, Callable, Optional, cast
+from typing import Any, Awaitable, Callable, Optional, Tuple, cast
 
 import anyio
 import anyio.to_thread
 
-from .core import (CHECKPOINT_SQL, Commit, Context, Course, Options, Query, Request, Response,
-                   Run, Sleep, Step, course, run_step)
+from .core import (CHECKPOINT_SQL, Commit, Context, Course, Driven, Options, Query, Request,
+                   Response, Run, Sleep, Step, course, run_step)
 
 
 def is_async(conn: Any) -> bool:
@@ -41,19 +41,20 @@ async def run_async_step(conn: Any, step: Step) -> Any:
     return await (conn.commit() if isinstance(step, Commit) else conn.rollback())
 
 
+async def outcome_async(perform: Callable[[Step], Awaitable[Any]],
+                        step: Step) -> Tuple[Any, Optional[Exception]]:
+    try:
+        return await perform(step), None
+    except Exception as failure:  # noqa: BLE001 - handed to the course
+        return None, failure
+
+
 async def drive_async(steps: Course, perform: Callable[[Step], Awaitable[Any]]) -> Response:
     """core.drive, awaiting each step."""
-    value: Any = None
-    error: Optional[BaseException] = None
-    while True:
-        try:
-            step = steps.send(value) if error is None else steps.throw(error)
-        except StopIteration as stop:
-            return cast(Response, stop.value)
-        try:
-            value, error = await perform(step), None
-        except Exception as failure:  # noqa: BLE001 - handed to the course
-            value, error = None, failure
+    run = Driven(steps)
+    while run.step is not None:
+        run.resume(*await outcome_async(perform, run.step))
+    return cast(Response, run.answer)
 
 
 async def handle_async(conn: Any, request: Request,

@@ -18,6 +18,7 @@ one in worker threads.  Works with psycopg 3 and psycopg2 connections in their d
 commits or rolls it back.
 """
 import json
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from typing import (Any, Callable, Dict, Generator, Generic, List, Optional, Seq
 from .errcodes import ANSWERS
 
 Headers = List[Tuple[str, str]]
+
+log = logging.getLogger("pg_idempotency")
 
 # The framework's own request object, which the hooks receive: flask.Request,
 # starlette.requests.Request (FastAPI's too), django.http.HttpRequest.
@@ -206,6 +209,21 @@ def refused_early(options: "Options[Any]", body: Optional[bytes], key: Optional[
 def hook_failed() -> Response:
     """A tenant or scope hook raised: nothing ran.  The adapter logs the exception."""
     return problem(500, "The idempotency tenant or scope hook failed")
+
+
+def admit(options: "Options[NativeRequest]", native: NativeRequest, method: str, route: str,
+          body: Optional[bytes], key: Optional[str]) -> Tuple[Optional[Response], str]:
+    """What comes before the course: the early answers (refused_early), then the hooks,
+    whose failure answers hook_failed() and is logged.  Returns (answer, ""), or (None,
+    the scope)."""
+    refused = refused_early(options, body, key)
+    if refused is not None:
+        return refused, ""
+    try:
+        return None, scope_of(options, native, method, route)
+    except Exception:  # noqa: BLE001 - the hook's failure is answered, and logged
+        log.exception("pg_idempotency: the tenant or scope hook raised")
+        return hook_failed(), ""
 
 
 def response_too_large(detail: Optional[str]) -> Response:
@@ -488,20 +506,37 @@ def give_up(scope: str, key: str, attempt: Optional[int]) -> Generator[Step, Any
 
 # ------------------------------------------------------------------ on a blocking connection
 
-def drive(steps: Course, perform: Callable[[Step], Any]) -> Response:
-    """Runs a course to its answer, performing each step; a step's error is raised in
-    the course, where it is handled."""
-    value: Any = None
-    error: Optional[BaseException] = None
-    while True:
+class Driven:
+    """A course being run: `step` is the next step to perform, None once `answer` is set."""
+
+    def __init__(self, steps: Course):
+        self.steps = steps
+        self.step: Optional[Step] = None
+        self.answer: Optional[Response] = None
+        self.resume(None, None)
+
+    def resume(self, value: Any, error: Optional[Exception]) -> None:
+        """Hands the course the last step's value, or raises its error there, where it is
+        handled."""
         try:
-            step = steps.send(value) if error is None else steps.throw(error)
+            self.step = self.steps.send(value) if error is None else self.steps.throw(error)
         except StopIteration as stop:
-            return cast(Response, stop.value)
-        try:
-            value, error = perform(step), None
-        except Exception as failure:  # noqa: BLE001 - handed to the course
-            value, error = None, failure
+            self.step, self.answer = None, stop.value
+
+
+def outcome(perform: Callable[[Step], Any], step: Step) -> Tuple[Any, Optional[Exception]]:
+    try:
+        return perform(step), None
+    except Exception as failure:  # noqa: BLE001 - handed to the course
+        return None, failure
+
+
+def drive(steps: Course, perform: Callable[[Step], Any]) -> Response:
+    """Runs a course to its answer, performing each step."""
+    run = Driven(steps)
+    while run.step is not None:
+        run.resume(*outcome(perform, run.step))
+    return cast(Response, run.answer)
 
 
 def handle(conn: Any, request: Request, handler: Callable[[Context], Response],

@@ -11,7 +11,6 @@ view's ORM writes are part of it.  The tenant and scope hooks get the HttpReques
 IDEMPOTENCY they are callables or dotted paths to them.  @route_options(wait=30) gives a
 view options of its own.
 """
-import logging
 from typing import Any, Callable, Optional, cast
 
 from django.conf import settings
@@ -21,13 +20,10 @@ from django.http.response import HttpResponseBase
 from django.urls import Resolver404, resolve
 from django.utils.module_loading import import_string
 
-from .core import (Context, Options, Request, Response, ResponseTooLarge, handle, hook_failed,
-                   options_of_route, refused_early, route_options, scope_of)
+from .core import (Context, Options, Request, Response, ResponseTooLarge, admit, handle,
+                   options_of_route, route_options)
 
 __all__ = ["IdempotencyMiddleware", "route_options"]
-
-log = logging.getLogger("pg_idempotency")
-
 
 class AtomicConnection:
     """The connection interface core needs (cursor, commit, rollback), over one
@@ -83,15 +79,11 @@ class IdempotencyMiddleware:
         options = options_of_route(self.options, match.func)
         body = read_body(request, options.max_body_bytes)
         key = request.headers.get(options.header)
-        refused = refused_early(options, body, key)
+        assert request.method is not None
+        refused, namespace = admit(options, request, request.method, match.route, body, key)
         if refused is not None:
             return to_django(refused)
-        assert body is not None and request.method is not None
-        try:
-            namespace = scope_of(options, request, request.method, match.route)
-        except Exception:  # noqa: BLE001 - the hook's failure is answered, and logged
-            log.exception("pg_idempotency: the tenant or scope hook raised")
-            return to_django(hook_failed())
+        assert body is not None  # else refused (413)
         incoming = Request(method=request.method, route=match.route, path=request.path,
                            query=request.META.get("QUERY_STRING", ""), body=body, key=key,
                            content_type=request.content_type or "")

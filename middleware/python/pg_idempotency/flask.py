@@ -6,18 +6,15 @@
         ...
 """
 import functools
-import logging
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
 import flask
 from flask import make_response, request
 
-from .core import (Context, Hook, Options, Request, Response, ResponseTooLarge, handle,
-                   hook_failed, refused_early, scope_of)
+from .core import Context, Hook, Options, Request, Response, ResponseTooLarge, admit, handle
 
 __all__ = ["idempotent"]
 
-log = logging.getLogger("pg_idempotency")
 View = TypeVar("View", bound=Callable[..., Any])
 
 
@@ -40,18 +37,14 @@ def idempotent(connect: Callable[[], Any], release: Optional[Callable[[Any], Non
             native: flask.Request = request._get_current_object()  # type: ignore[attr-defined]
             if native.method not in protected:
                 return view(None, *args, **kwargs)  # passes through, with no context
+            assert native.url_rule is not None
+            route = native.url_rule.rule
             body = read_body(native, settings.max_body_bytes)
             key = native.headers.get(settings.header)
-            refused = refused_early(settings, body, key)
+            refused, namespace = admit(settings, native, native.method, route, body, key)
             if refused is not None:
                 return to_flask(refused)
-            assert body is not None and native.url_rule is not None
-            route = native.url_rule.rule
-            try:
-                namespace = scope_of(settings, native, native.method, route)
-            except Exception:  # noqa: BLE001 - the hook's failure is answered, and logged
-                log.exception("pg_idempotency: the tenant or scope hook raised")
-                return to_flask(hook_failed())
+            assert body is not None  # else refused (413)
             incoming = Request(method=native.method, route=route, path=native.path,
                                query=native.query_string.decode("latin-1"), body=body,
                                key=key, content_type=native.content_type or "")

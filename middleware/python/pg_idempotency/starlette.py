@@ -15,7 +15,6 @@ use it: FastAPI runs `def` endpoints in one).  `release(conn)` gives it back (de
 conn.close()).  Waiting for a duplicate in flight holds no thread either way.
 """
 import inspect
-import logging
 from typing import Any, Awaitable, Callable, Iterable, List, Optional, Tuple, Union
 
 import anyio
@@ -26,12 +25,10 @@ from starlette.routing import Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .aio import handle_async
-from .core import (Context, Hook, Options, Request, Response, ResponseTooLarge, hook_failed,
-                   options_of_route, refused_early, route_options, scope_of)
+from .core import (Context, Hook, Options, Request, Response, ResponseTooLarge, admit,
+                   options_of_route, route_options)
 
 __all__ = ["IdempotencyMiddleware", "StarletteRequest", "route_options"]
-
-log = logging.getLogger("pg_idempotency")
 
 # What connect() may return: a connection, or an awaitable of one.
 Connect = Callable[[], Any]
@@ -89,19 +86,13 @@ class IdempotencyMiddleware:
         options = options_of_route(self.options, getattr(route, "endpoint", None))
         body = await read_body(receive, options.max_body_bytes)
         key = Headers(scope=scope).get(options.header)
-        refused = refused_early(options, body, key)
+        native = StarletteRequest(scope, replay(body or b""))
+        refused, namespace = admit(options, native, scope["method"], pattern, body, key)
         if refused is not None:
             await respond(send, refused)
             return
-        assert body is not None
-        read: bytes = body  # for run(), which mypy does not see the assert in
-        native = StarletteRequest(scope, replay(body))
-        try:
-            namespace = scope_of(options, native, scope["method"], pattern)
-        except Exception:  # noqa: BLE001 - the hook's failure is answered, and logged
-            log.exception("pg_idempotency: the tenant or scope hook raised")
-            await respond(send, hook_failed())
-            return
+        assert body is not None  # else refused (413)
+        read: bytes = body  # for run(): mypy does not carry the assert into it
         incoming = Request(method=scope["method"], route=pattern, path=scope["path"],
                            query=scope.get("query_string", b"").decode("latin-1"), body=body,
                            key=key, content_type=native.headers.get("content-type", ""))
