@@ -27,7 +27,8 @@ class AsyncContext(Context):
 
     async def checkpoint(self, recovery_point: Optional[str]) -> None:  # type: ignore[override]
         await self.conn.execute(CHECKPOINT_SQL,
-                                (self.scope, self.key, recovery_point, self.attempt))
+                                (self.scope, self.key, recovery_point, self.attempt),
+                                prepare=False)
         await self.conn.commit()
 
 
@@ -36,7 +37,7 @@ async def run_async_step(conn: Any, step: Step) -> Any:
     if not is_async(conn):
         return await anyio.to_thread.run_sync(run_step, conn, step)
     if isinstance(step, Query):
-        cur = await conn.execute(step.sql, step.params)
+        cur = await conn.execute(step.sql, step.params, prepare=False)  # see takes_prepare
         return await cur.fetchone()
     return await (conn.commit() if isinstance(step, Commit) else conn.rollback())
 

@@ -17,13 +17,15 @@ one in worker threads.  Works with psycopg 3 and psycopg2 connections in their d
 (non-autocommit) mode: both open a transaction on the first statement, and the course
 commits or rolls it back.
 """
+import functools
+import inspect
 import json
 import logging
 import re
 import time
 from dataclasses import dataclass
-from typing import (Any, Callable, Dict, Generator, Generic, List, Optional, Sequence, Tuple,
-                    TypeVar, Union, cast)
+from typing import (Any, Callable, Dict, Generator, Generic, Hashable, List, Optional, Sequence,
+                    Tuple, TypeVar, Union, cast)
 
 # The SQLSTATEs answered with something other than 500, and how (doc/reference.md,
 # "Errors"; generated from src/errcodes.txt).  Any other error is the handler's or the
@@ -252,8 +254,23 @@ def error_detail(error: Optional[BaseException]) -> Optional[str]:
 
 def execute(conn: Any, sql: str, params: Tuple[Any, ...] = ()) -> Any:
     cur = conn.cursor()
-    cur.execute(sql, params)
+    if takes_prepare(cast(Hashable, type(cur))):  # a class is hashable; mypy 1.0 thinks not
+        cur.execute(sql, params, prepare=False)
+    else:
+        cur.execute(sql, params)
     return cur
+
+
+@functools.lru_cache(maxsize=None)
+def takes_prepare(cursor_type: Hashable) -> bool:
+    """Whether the cursor is psycopg 3's, which prepares a statement run five times on one
+    connection: a pooler in transaction mode (PgBouncer) cannot keep that, and a wait that
+    polls runs begin again and again.  So the middleware's statements are never prepared
+    (psycopg2 and Django's cursors never prepare)."""
+    try:
+        return "prepare" in inspect.signature(getattr(cursor_type, "execute")).parameters
+    except (TypeError, ValueError):  # a C method without a signature: psycopg2's
+        return False
 
 
 def run_step(conn: Any, step: Step) -> Any:
