@@ -233,6 +233,11 @@ def response_too_large(detail: Optional[str]) -> Response:
                    "stored: the request was rolled back", detail=detail)
 
 
+def stream_detail(setting: Optional[str]) -> str:
+    return (f"The streamed response was longer than idempotency.max_response_bytes "
+            f"({byte_count(setting)} bytes).")
+
+
 def sqlstate(error: Optional[BaseException]) -> Optional[str]:
     # psycopg 3 names it sqlstate, psycopg2 pgcode; Django wraps the driver's error.
     while error is not None:
@@ -440,7 +445,7 @@ def course(request: Request, scope: str, options: "Options[Any]", polls: bool = 
             response: Response = yield Run(scope, request.key, attempt, None, byte_count(limit))
         except ResponseTooLarge:
             yield ROLLBACK
-            return response_too_large(None)
+            return response_too_large(stream_detail(limit))
         if response.status >= 500 and not options.store_server_errors:
             yield ROLLBACK  # the work and the claim: a retry runs again
             return response
@@ -497,7 +502,7 @@ def two_phase(request: Request, scope: str, options: "Options[Any]", polls: bool
         response: Response = yield Run(scope, key, attempt, recovery_point, byte_count(limit))
     except ResponseTooLarge:
         yield from give_up(scope, key, attempt)
-        return response_too_large(None)
+        return response_too_large(stream_detail(limit))
     except Exception:
         yield from give_up(scope, key, attempt)
         raise
@@ -541,28 +546,28 @@ class Driven:
             self.step, self.answer = None, stop.value
 
 
-def outcome(perform: Callable[[Step], Any], step: Step) -> Tuple[Any, Optional[Exception]]:
+def outcome(perform: Callable[..., Any], *args: Any) -> Tuple[Any, Optional[Exception]]:
+    """A step's value, or its error, for Driven.resume."""
     try:
-        return perform(step), None
+        return perform(*args), None
     except Exception as failure:  # noqa: BLE001 - handed to the course
         return None, failure
 
 
-def drive(steps: Course, perform: Callable[[Step], Any]) -> Response:
-    """Runs a course to its answer, performing each step."""
-    run = Driven(steps)
-    while run.step is not None:
-        run.resume(*outcome(perform, run.step))
-    return cast(Response, run.answer)
+def run_statements(conn: Any, run: Driven) -> None:
+    """Performs the course's database steps on a blocking connection, up to its next step
+    that is not one (the handler, a pause) or its end."""
+    while isinstance(run.step, (Query, Commit, Rollback)):
+        run.resume(*outcome(run_step, conn, run.step))
 
 
 def handle(conn: Any, request: Request, handler: Callable[[Context], Response],
            options: "Options[Any]" = Options(), scope: str = "") -> Response:
     """Runs `handler` at most once per key: the whole course of one request, on a blocking
     psycopg 3 or psycopg2 connection; `scope` is scope_of's."""
-    def perform(step: Step) -> Any:
-        if isinstance(step, Run):
-            return handler(Context(conn, step))
-        return run_step(conn, step)
-
-    return drive(course(request, scope, options), perform)
+    run = Driven(course(request, scope, options))
+    run_statements(conn, run)
+    while isinstance(run.step, Run):  # a blocking connection waits in the server: no Sleep
+        run.resume(*outcome(handler, Context(conn, run.step)))
+        run_statements(conn, run)
+    return cast(Response, run.answer)
