@@ -17,6 +17,7 @@ use POSIX qw(WNOHANG);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Cwd qw(abs_path);
 
 plan skip_all => 'CONFORMANCE=0: the HTTP conformance suite runs on the host\'s PostgreSQL (make test)'
   if ($ENV{CONFORMANCE} // '1') eq '0';
@@ -34,12 +35,16 @@ $node->safe_psql('conformance', q{
 my $user = getpwuid($<);
 my %database = (PGHOST => $node->host, PGPORT => $node->port, PGDATABASE => 'conformance',
 	PGUSER => $user);
+# The same as the client's connection string.
+my %conninfo = (PGHOST => 'host', PGPORT => 'port', PGDATABASE => 'dbname', PGUSER => 'user');
 
 for my $run (@packages)
 {
 	my $dir = $run =~ s{/conformance/run$}{}r;
+	# An absolute path: IPC::Run looks the program up before the chdir of its init.
+	$run = abs_path($run);
 	my ($setups, $why) = ('', '');
-	IPC::Run::run([ "$dir/conformance/run", 'setups' ], '>', \$setups, '2>', \$why,
+	IPC::Run::run([ $run, 'setups' ], '>', \$setups, '2>', \$why,
 		init => sub { chdir $dir or die "chdir $dir: $!" });
 	my @setups = grep { /\S/ } split /\n/, $setups;
 	if (!@setups)
@@ -49,11 +54,12 @@ for my $run (@packages)
 	}
 	my $prepared = PostgreSQL::Test::Utils::tempdir();
 	my ($out, $err) = ('', '');
-	my $ok = IPC::Run::run([ "conformance/run", 'prepare', $prepared ], '>', \$out, '2>', \$err,
-		IPC::Run::timeout(1800), init => sub { chdir $dir or die "chdir $dir: $!" });
+	my $ok = IPC::Run::run([ $run, 'prepare', $prepared ],
+		init => sub { chdir $dir or die "chdir $dir: $!" },
+		'>', \$out, '2>', \$err, IPC::Run::timeout(1800));
 	ok($ok, "$dir: the package installs as its users install it") or diag("$out\n$err");
 	next unless $ok;
-	run_setup($dir, $prepared, $_) for @setups;
+	run_setup($dir, $run, $prepared, $_) for @setups;
 }
 
 done_testing();
@@ -61,10 +67,10 @@ done_testing();
 # Serves one setup and runs the cases against it.
 sub run_setup
 {
-	my ($dir, $prepared, $setup) = @_;
+	my ($dir, $run, $prepared, $setup) = @_;
 	my $port = free_port();
 	my $log = "$prepared/$setup.log";
-	my $server = IPC::Run::start([ "conformance/run", 'serve', $prepared, $setup, $port ],
+	my $server = IPC::Run::start([ $run, 'serve', $prepared, $setup, $port ],
 		'<', \'', '>', $log, '2>&1',
 		init => sub {
 			chdir $dir or die "chdir $dir: $!";
@@ -77,7 +83,7 @@ sub run_setup
 		my ($out, $err) = ('', '');
 		my $ran = IPC::Run::run(
 			[ $python, 'test/conformance/client.py', '--url', "http://127.0.0.1:$port",
-				'--dsn', join(' ', map { lc(substr($_, 2)) . "=$database{$_}" } sort keys %database) ],
+				'--dsn', join(' ', map { "$conninfo{$_}=$database{$_}" } sort keys %database) ],
 			'>', \$out, '2>', \$err, IPC::Run::timeout(1800));
 		# Each check, with the "#   " lines of diagnostics that follow a failed one.
 		my $checks = 0;
