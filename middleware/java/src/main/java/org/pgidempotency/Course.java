@@ -7,9 +7,12 @@ import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
+import java.sql.Statement;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 /**
  * The course of one request through the extension's SQL functions, knowing nothing of
@@ -30,6 +33,8 @@ final class Course implements AutoCloseable {
     /** The parts of a request's fingerprint (middleware/README.md, "Fingerprint"). */
     record Request(String method, String route, String path, String query, String contentType,
         byte[] body) {}
+
+    private static final Pattern BYTES = Pattern.compile("(\\d+)(B|kB|MB|GB|TB)?");
 
     private final Options options;
     private final String scope;
@@ -92,7 +97,7 @@ final class Course implements AutoCloseable {
         String sql = "SELECT outcome::text, response_status, response_headers::text,"
             + " response_body_bytes, response_body_omitted, retry_after_seconds, attempt,"
             + " recovery_point,"
-            + " pg_size_bytes(current_setting('idempotency.max_response_bytes', true))"
+            + " current_setting('idempotency.max_response_bytes', true)"
             + " FROM idempotency_begin(?, ?, request_hash_parts(?::text, ?::text, ?::text,"
             + " ?::text, " + body + ")" + named + ")";
         try (PreparedStatement statement = connection.prepareStatement(sql)) {
@@ -105,8 +110,7 @@ final class Course implements AutoCloseable {
                 if (outcome.equals("claimed")) {
                     attempt = row.getInt(7);
                     recoveryPoint = row.getString(8);
-                    long limit = row.getLong(9);
-                    responseLimit = row.wasNull() ? Long.MAX_VALUE : limit;
+                    responseLimit = bytes(row.getString(9));
                     if (options.twoPhase()) {
                         connection.commit();
                     }
@@ -128,6 +132,20 @@ final class Course implements AutoCloseable {
                 };
             }
         }
+    }
+
+    /**
+     * A byte setting as SHOW gives it ("1MB", "1000B", "0"; pg_size_bytes() of PostgreSQL
+     * 15 does not read "B"), or no limit when it is not one: the server's check stays.
+     */
+    static long bytes(String setting) {
+        Matcher matcher = setting == null ? null : BYTES.matcher(setting);
+        if (matcher == null || !matcher.matches()) {
+            return Long.MAX_VALUE;
+        }
+        int shift = matcher.group(2) == null ? 0
+            : 10 * List.of("B", "kB", "MB", "GB", "TB").indexOf(matcher.group(2));
+        return Long.parseLong(matcher.group(1)) << shift;
     }
 
     /** Retry-After: the lease's rest, and at least a second when the row tells none. */
@@ -172,6 +190,32 @@ final class Course implements AutoCloseable {
             giveUp();
             return null;
         }
+        try {
+            if (status >= 500) {
+                // The server stores a server error only with this setting (its default is
+                // off): set for this transaction, as the option asks.
+                try (Statement set = connection.createStatement()) {
+                    set.execute("SET LOCAL idempotency.store_server_errors = on");
+                }
+            }
+            if (complete(status, headers, body)) {
+                connection.commit();
+            } else {
+                giveUp(); // not stored: its work must not commit without it
+            }
+            return null;
+        } catch (SQLException e) {
+            giveUp();
+            if ("54000".equals(e.getSQLState())) {
+                return Answer.tooLarge();
+            }
+            throw e;
+        }
+    }
+
+    /** idempotency_complete: whether the response was stored. */
+    private boolean complete(int status, Map<String, List<String>> headers, byte[] body)
+        throws SQLException {
         try (PreparedStatement complete = connection.prepareStatement(
             "SELECT idempotency_complete(?, ?, ?, response_headers => ?::jsonb,"
                 + " response_body_bytes => ?, attempt => ?, omit_oversized => false)")) {
@@ -182,15 +226,10 @@ final class Course implements AutoCloseable {
             complete.setBytes(5, body);
             // One transaction: the claim is this transaction's own, whatever its attempt.
             complete.setObject(6, options.twoPhase() ? attempt : null, java.sql.Types.INTEGER);
-            complete.executeQuery().close();
-            connection.commit();
-            return null;
-        } catch (SQLException e) {
-            giveUp();
-            if ("54000".equals(e.getSQLState())) {
-                return Answer.tooLarge();
+            try (ResultSet stored = complete.executeQuery()) {
+                stored.next();
+                return stored.getBoolean(1);
             }
-            throw e;
         }
     }
 
