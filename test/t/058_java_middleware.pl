@@ -71,5 +71,18 @@ for my $test ($out =~ /^((?:not )?ok \d+ - .*\n(?:# .*\n)*)/mg)
 ok($tests >= 30, 'the JUnit tests ran') or diag("$out\n$err");
 ok($ran, 'the JUnit run exits 0') or diag($err);
 
+# The pom.xml users build with: a valid Maven model (offline: no Maven Central
+# here, so its build is not run).
+SKIP:
+{
+	skip 'mvn is not installed (Debian: maven)', 1 unless system('mvn --version >/dev/null 2>&1') == 0;
+	my $repository = PostgreSQL::Test::Utils::tempdir();
+	ok( IPC::Run::run(
+			[ 'mvn', '--offline', '--batch-mode', '--quiet', "-Dmaven.repo.local=$repository", '--file',
+				"$dir/pom.xml", 'validate' ],
+			'>', \$out, '2>', \$err),
+		'pom.xml is a valid Maven project') or diag("$out\n$err");
+}
+
 $node->stop;
 done_testing();

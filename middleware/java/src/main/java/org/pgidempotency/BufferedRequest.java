@@ -3,7 +3,6 @@ package org.pgidempotency;
 import jakarta.servlet.ReadListener;
 import jakarta.servlet.ServletInputStream;
 import jakarta.servlet.http.HttpServletRequest;
-import jakarta.servlet.http.HttpServletRequestWrapper;
 import java.io.BufferedReader;
 import java.io.ByteArrayInputStream;
 import java.io.ByteArrayOutputStream;
@@ -25,7 +24,7 @@ import java.util.Map;
  * (and to the hooks): each getInputStream() and getReader() reads it from the start, and
  * the parameters of a form body are parsed from it, as the container would have.
  */
-final class BufferedRequest extends HttpServletRequestWrapper {
+final class BufferedRequest extends SynchronousRequest {
     /** Why a request is answered before anything runs. */
     static final class Refused extends Exception {
         private static final long serialVersionUID = 1L;

@@ -108,7 +108,7 @@ public final class IdempotencyFilter implements Filter {
                     return;
                 }
                 try (Course course = Course.open(options, null, null)) {
-                    run(course, request, response, chain, options);
+                    run(course, new SynchronousRequest(request), response, chain, options);
                 }
                 return;
             }

@@ -259,6 +259,22 @@ class FilterTest {
     }
 
     @Test
+    void asynchronousServletsAreRefusedBehindTheFilter() throws Exception {
+        String item = fresh("item");
+        assertEquals(500, post("/default?do=async&item=" + item, fresh("key"), "").statusCode());
+        assertEquals(0, count(item));
+    }
+
+    @Test
+    void aMultipartBodyHasNoPartsBehindTheFilter() throws Exception {
+        HttpResponse<byte[]> answer = send(request("/default?do=parts").header("Idempotency-Key",
+            fresh("key")).header("Content-Type", "multipart/form-data; boundary=b").POST(
+            HttpRequest.BodyPublishers.ofString("--b\r\nContent-Disposition: form-data; name=\"a\""
+                + "\r\n\r\n1\r\n--b--\r\n")).build());
+        assertEquals("parts: 0", text(answer));
+    }
+
+    @Test
     void aBodyReadBeforeTheFilterAnswers500SayingWhatToChange() throws Exception {
         String item = fresh("item");
         assertProblem(post("/reader-first?item=" + item, fresh("key"), "{\"a\": 1}"), 500,
@@ -371,6 +387,7 @@ class FilterTest {
 
     @Test
     void theReadmeExample() throws Exception {
+        assumeTrue(TestApp.exampleCompiled(), "examples/Orders.java is compiled with the tests");
         String key = fresh("key");
         String item = fresh("book");
         HttpRequest order = request("/orders").header("Idempotency-Key", key)
