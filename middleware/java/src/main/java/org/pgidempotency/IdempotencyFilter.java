@@ -48,11 +48,11 @@ public final class IdempotencyFilter implements Filter {
 
     /** A filter configured by its init parameters (web.xml, {@code @WebFilter}). */
     public IdempotencyFilter() {
-        this.builder = new Builder((DataSource) null);
+        this.builder = new Builder(null);
     }
 
     private IdempotencyFilter(Builder builder) {
-        this.builder = new Builder(builder);
+        this.builder = builder.copy();
         this.options = builder.options();
     }
 
@@ -73,7 +73,7 @@ public final class IdempotencyFilter implements Filter {
         if (!config.getInitParameterNames().hasMoreElements() && options != null) {
             return;
         }
-        Builder configured = new Builder(builder);
+        Builder configured = builder.copy();
         try {
             for (String name : Collections.list(config.getInitParameterNames())) {
                 configured.initParameter(name, config.getInitParameter(name));
@@ -227,7 +227,7 @@ public final class IdempotencyFilter implements Filter {
      * The options of an {@link IdempotencyFilter}. Each has a default; see
      * middleware/java/README.md.
      */
-    public static final class Builder {
+    public static final class Builder implements Cloneable {
         private DataSource dataSource;
         private String header = "Idempotency-Key";
         private boolean required = true;
@@ -246,20 +246,13 @@ public final class IdempotencyFilter implements Filter {
             this.dataSource = dataSource;
         }
 
-        private Builder(Builder other) {
-            this(other.dataSource);
-            header = other.header;
-            required = other.required;
-            storedHeaders = other.storedHeaders;
-            storeServerErrors = other.storeServerErrors;
-            wait = other.wait;
-            ttl = other.ttl;
-            lease = other.lease;
-            tenant = other.tenant;
-            scope = other.scope;
-            scopePerRoute = other.scopePerRoute;
-            methods = other.methods;
-            maxRequestBytes = other.maxRequestBytes;
+        /** A copy: the fields are immutable values, so a shallow one. */
+        private Builder copy() {
+            try {
+                return (Builder) clone();
+            } catch (CloneNotSupportedException e) {
+                throw new AssertionError(e);
+            }
         }
 
         /** The request header that carries the key (default {@code Idempotency-Key}). */
