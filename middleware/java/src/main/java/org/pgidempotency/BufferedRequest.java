@@ -17,6 +17,7 @@ import java.util.Collections;
 import java.util.Enumeration;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 
 /**
@@ -183,7 +184,7 @@ final class BufferedRequest extends SynchronousRequest {
             Map<String, List<String>> found = new LinkedHashMap<>();
             decodeForm(getQueryString(), StandardCharsets.UTF_8, found);
             String type = getContentType();
-            if (type != null && type.toLowerCase().split(";", 2)[0].trim()
+            if (type != null && type.toLowerCase(Locale.ROOT).split(";", 2)[0].trim()
                 .equals("application/x-www-form-urlencoded")) {
                 decodeForm(new String(body, charset()), charset(), found);
             }

@@ -10,6 +10,7 @@ import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -76,7 +77,7 @@ final class Course implements AutoCloseable {
         List<Object> parameters = new ArrayList<>(List.of(scope, key, request.method(),
             request.route(), request.path(), request.query()));
         String document = request.contentType() != null
-            && request.contentType().toLowerCase().contains("json")
+            && request.contentType().toLowerCase(Locale.ROOT).contains("json")
             ? Json.documentOrNull(request.body()) : null;
         String body;
         if (document != null) {
@@ -116,8 +117,7 @@ final class Course implements AutoCloseable {
                     }
                     return null;
                 }
-                connection.rollback();
-                return switch (outcome) {
+                Answer answer = switch (outcome) {
                     case "replay" -> row.getBoolean(5)
                         ? Answer.problem(500, "The stored response has no body", "The response"
                             + " to this Idempotency-Key was stored without its body, being over"
@@ -130,6 +130,8 @@ final class Course implements AutoCloseable {
                     default -> Answer.problem(422,
                         "The Idempotency-Key was used for a different request", null, null);
                 };
+                connection.rollback();
+                return answer;
             }
         }
     }
