@@ -228,7 +228,10 @@ final class TestApp {
                             + (idempotency.key() == null ? "null" : "\"" + idempotency.key() + "\"")
                             + "}");
                     }
-                    case "throw" -> throw new IllegalStateException("the handler fails");
+                    case "throw" -> {
+                        response.setHeader("Location", "/things/" + id);
+                        throw new IllegalStateException("the handler fails");
+                    }
                     case "status" -> {
                         response.setStatus(Integer.parseInt(request.getParameter("code")));
                         response.getWriter().print("status " + request.getParameter("code"));
