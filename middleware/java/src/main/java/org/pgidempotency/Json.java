@@ -24,8 +24,9 @@ final class Json {
 
     /**
      * The body as text when it is one JSON document (RFC 8259: UTF-8 without a byte order
-     * mark, nothing around the value but spaces, tabs and line ends), else null. Checked
-     * without recursion, so that no nesting depth overflows the stack.
+     * mark, nothing around the value but spaces, tabs and line ends) that jsonb accepts too
+     * (no \\u0000, no surrogate escape outside a pair), else null. Checked without
+     * recursion, so that no nesting depth overflows the stack.
      */
     static String documentOrNull(byte[] body) {
         String text;
@@ -242,11 +243,37 @@ final class Json {
                     case 'n' -> value.append('\n');
                     case 'r' -> value.append('\r');
                     case 't' -> value.append('\t');
-                    case 'u' -> value.append(hex());
+                    case 'u' -> value.append(escapedCharacter());
                     default -> throw new IllegalArgumentException("an unknown escape");
                 }
             }
         }
+    }
+
+    /**
+     * The character of a \\u escape, as jsonb reads it too: not \\u0000, and a surrogate
+     * only in a pair (PostgreSQL refuses both, which would fail the request).
+     */
+    private String escapedCharacter() {
+        char c = hex();
+        if (c == 0) {
+            throw new IllegalArgumentException("jsonb does not accept \\u0000");
+        }
+        if (Character.isLowSurrogate(c)) {
+            throw new IllegalArgumentException("a low surrogate alone");
+        }
+        if (!Character.isHighSurrogate(c)) {
+            return String.valueOf(c);
+        }
+        if (!text.startsWith("\\u", at)) {
+            throw new IllegalArgumentException("a high surrogate alone");
+        }
+        at += 2;
+        char low = hex();
+        if (!Character.isLowSurrogate(low)) {
+            throw new IllegalArgumentException("a high surrogate alone");
+        }
+        return new String(new char[] {c, low});
     }
 
     private char hex() {

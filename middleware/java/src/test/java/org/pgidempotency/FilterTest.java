@@ -121,6 +121,12 @@ class FilterTest {
         assertEquals(201, notJson.statusCode());
         assertEquals("t", scalar("SELECT request = request_hash_parts('POST', '/default', '/default',"
             + " '', request_hash('{not json'::bytea)::text) FROM idempotency_lookup('', ?)", other));
+        // JSON that jsonb refuses is fingerprinted by its bytes, rather than failing.
+        String nul = fresh("key");
+        assertEquals(201, post("/default", nul, "{\"a\": \"\\u0000\"}").statusCode());
+        assertEquals("t", scalar("SELECT request = request_hash_parts('POST', '/default', '/default',"
+            + " '', request_hash(convert_to('{\"a\": \"\\u0000\"}', 'UTF8'))::text)"
+            + " FROM idempotency_lookup('', ?)", nul));
         assertProblem(post("/default?x=2", key, "{\"a\": [1, 2], \"b\": 2}"), 422,
             "used for a different request");
     }

@@ -20,7 +20,7 @@ class JsonTest {
     @Test
     void documentsAsRfc8259WritesThem() {
         for (String text : List.of("{}", "[]", " {\"a\": [1, -0, 2.5e-3, 1E+9, true, false, null]}\n",
-            "\"\\u00e9\\n\\/\"", "0", "-1.5", "{\"a\":{\"b\":[[],{}]}}", "\t[\r\n]")) {
+            "\"\\u00e9\\n\\/\"", "\"\\ud83d\\ude00\"", "0", "-1.5", "{\"a\":{\"b\":[[],{}]}}", "\t[\r\n]")) {
             assertNotNull(Json.documentOrNull(text.getBytes(StandardCharsets.UTF_8)), text);
         }
     }
@@ -29,7 +29,9 @@ class JsonTest {
     void notDocuments() {
         for (String text : List.of("", " ", "01", "1.", ".5", "-", "1e", "- 1", "[1,]", "{\"a\"}",
             "{\"a\":1,}", "{a:1}", "'a'", "\"a", "\"\t\"", "\"\\x\"", "\"\\u12\"", "nul", "[1] 2",
-            "NaN", "Infinity", "[1}", "{\"a\":1]", "\f[]", "\uFEFF[]")) {
+            "NaN", "Infinity", "[1}", "{\"a\":1]", "\f[]", "\uFEFF[]",
+            // What jsonb refuses, though RFC 8259 allows it.
+            "\"\\u0000\"", "\"\\ud800\"", "\"\\udc00\"", "\"\\ud800x\"", "\"\\ud800\\u0041\"")) {
             assertNull(Json.documentOrNull(text.getBytes(StandardCharsets.UTF_8)), text);
         }
     }
