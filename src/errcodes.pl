@@ -96,7 +96,23 @@ sub go
 	return join("\n", @lines, '}', '');
 }
 
+sub java
+{
+	my @lines = ("// $generated", 'package org.pgidempotency;', '', 'import java.util.Map;', '',
+		'/** SQLSTATE -> the answer for every answer other than 500 (doc/reference.md, "Errors"). */',
+		'final class ErrorCodes {', '    static final Map<String, Answer.Mapped> ANSWERS = Map.ofEntries(');
+	my @answers = answers(@_);
+	for my $i (0 .. $#answers)
+	{
+		my $c = $answers[$i];
+		push @lines, sprintf('        Map.entry("%s", new Answer.Mapped(%d, %s, %s))%s', $c->[0], $c->[2],
+			quoted($c->[4], '"'), $c->[3] // 'null', $i == $#answers ? ');' : ',');
+	}
+	return join("\n", @lines, '', '    private ErrorCodes() {}', '}', '');
+}
+
 my %targets = (
+	'middleware/java/src/main/java/org/pgidempotency/ErrorCodes.java' => \&java,
 	'src/errcodes.hpp' => \&cpp,
 	'middleware/node/errcodes.js' => \&node,
 	'middleware/python/pg_idempotency/errcodes.py' => \&python,
