@@ -48,7 +48,7 @@ endif
 # After PGXS, so that its `all` stays the default goal.
 -include $(OBJS:.o=.d)
 
-.PHONY: test demo bench bench-expiry bench-scale bench-citus fuzz sanitize errcodes errcodes-check
+.PHONY: test demo bench bench-cost bench-expiry bench-scale bench-citus fuzz sanitize errcodes errcodes-check
 # `make test` tests the PostgreSQL that PG_CONFIG names (default: the host's
 # Debian PostgreSQL 15).  `make test PG=N` tests PostgreSQL N: the host's own
 # when Debian's /usr/lib/postgresql/N is installed here, else inside
@@ -67,6 +67,11 @@ demo:
 	bash test/demo
 bench:
 	bash test/pgbench/run
+# Instructions, WAL and tuples per request under callgrind, against the
+# baselines; GATE=1 fails when a new request or a replay costs more than its
+# baseline (see test/pgbench/cost).
+bench-cost:
+	bash test/pgbench/cost
 bench-expiry:
 	bash test/pgbench/expiry
 bench-scale:

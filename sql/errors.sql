@@ -104,6 +104,43 @@ SET LOCAL idempotency.max_response_bytes = 55;
 SELECT idempotency_complete('s', 'held', 200, '{"a": "0123456789"}', '{"h": 1}');
 SELECT response_body, response_headers, response_body_omitted FROM idempotency_lookup('s', 'held');
 ROLLBACK;
+-- With omit_oversized => false (a middleware that never acknowledges a
+-- response it cannot replay byte for byte), a response over the limit is
+-- refused instead (54000), nothing written: the claim is as it was.  At the
+-- limit it is stored whole; the headers count, and can push it over; a body
+-- given as bytes counts as a jsonb one does; omit_oversized => true (the
+-- default) keeps the behaviour above.
+BEGIN;
+SET LOCAL idempotency.max_response_bytes = 55;
+SELECT idempotency_complete('s', 'held', 200, '{"a": "0123456789"}', '{"h": 1}',
+                            omit_oversized => false) AS at_the_limit;
+SELECT response_body, response_headers, response_body_omitted FROM idempotency_lookup('s', 'held');
+ROLLBACK;
+BEGIN;
+SET LOCAL idempotency.max_response_bytes = 54;
+SAVEPOINT before;
+SELECT idempotency_complete('s', 'held', 200, '{"a": "0123456789"}', '{"h": 1}',
+                            omit_oversized => false);
+ROLLBACK TO SAVEPOINT before;
+SELECT status, response_status FROM idempotency_lookup('s', 'held');
+SELECT idempotency_complete('s', 'held', 200, '{"a": "0123456789"}',
+                            omit_oversized => false) AS body_alone_fits;
+ROLLBACK;
+BEGIN;
+SET LOCAL idempotency.max_response_bytes = 10;
+SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'held', 200, response_body_bytes => '\x00112233445566778899aa', omit_oversized => false) $$);
+SELECT pg_temp.try($$ SELECT idempotency_complete('s', 'held', 200, response_body_bytes => '\x00112233', response_headers => '{"Set-Cookie": "abcdefgh"}', omit_oversized => false) $$);
+SELECT idempotency_complete('s', 'held', 200, response_body_bytes => '\x00112233445566778899aa',
+                            omit_oversized => true) AS omitted_when_asked;
+SELECT response_body_bytes, response_body_omitted FROM idempotency_lookup('s', 'held');
+ROLLBACK;
+-- A server error that is not stored is not refused: its body does not matter.
+BEGIN;
+SET LOCAL idempotency.max_response_bytes = 10;
+SELECT idempotency_complete('s', 'held', 503, '{"a": "0123456789"}', omit_oversized => false)
+    AS stored;
+ROLLBACK;
+
 -- 54000: a recovery point over the limit is refused (a claim in progress
 -- loses nothing by it).
 SELECT pg_temp.try($$ SELECT idempotency_checkpoint('s', 'held', repeat('x', 2000000)) $$);

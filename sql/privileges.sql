@@ -81,5 +81,48 @@ SELECT p.proname FROM pg_proc p
 INSERT INTO idempotency.route VALUES ('t');
 INSERT INTO idempotency.two_phase VALUES (true);
 DROP EXTENSION idempotency;
+
+-- The update to 0.4.0 replaces idempotency_complete (a new argument,
+-- omit_oversized) and, with Citus tenants of type bigint or uuid, its
+-- variants: whoever could execute the old one can execute the new one, with
+-- the same grant options, and the initial privileges recorded for the
+-- extension are those of a fresh install.  (create_scope_variants(), which
+-- idempotency_distribute() calls, makes the variants without Citus too.)
+SET client_min_messages = error;
+CREATE EXTENSION idempotency VERSION '0.3.0';
+RESET client_min_messages;
+SELECT count(*) AS variants FROM idempotency.create_scope_variants('bigint');
+GRANT EXECUTE ON FUNCTION idempotency_complete(text, text, integer, jsonb, jsonb, integer, bytea, boolean)
+    TO regress_idem_app;
+GRANT EXECUTE ON FUNCTION idempotency_complete(bigint, text, integer, jsonb, jsonb, integer, bytea, boolean)
+    TO regress_idem_app WITH GRANT OPTION;
+GRANT EXECUTE ON FUNCTION idempotency_begin(text, text, request_hash, interval, interval, interval, jsonb, boolean)
+    TO regress_idem_app;
+ALTER EXTENSION idempotency UPDATE TO '0.4.0';
+SELECT p.oid::regprocedure AS replaced,
+       has_function_privilege('regress_idem_app', p.oid, 'EXECUTE') AS app_executes,
+       has_function_privilege('regress_idem_app', p.oid, 'EXECUTE WITH GRANT OPTION') AS app_grants
+  FROM pg_proc p WHERE p.proname = 'idempotency_complete' ORDER BY 1;
+SELECT i.objoid::regprocedure AS function, replace(i.initprivs::text, current_user, 'owner') AS initprivs
+  FROM pg_init_privs i JOIN pg_proc p ON p.oid = i.objoid AND i.classoid = 'pg_proc'::regclass
+ WHERE p.proname IN ('idempotency_complete', 'create_scope_variants') ORDER BY 1;
+SET ROLE regress_idem_app;
+BEGIN;
+SELECT outcome FROM idempotency_begin('s', 'updated', request_hash('r'::text));
+SELECT idempotency_complete('s', 'updated', 201, omit_oversized => false);
+ROLLBACK;
+\set VERBOSITY terse
+SELECT idempotency_complete(42::bigint, 'nobody', 201);
+\set VERBOSITY default
+RESET ROLE;
+-- A fresh install records the same initial privileges.
+DROP EXTENSION idempotency;
+SET client_min_messages = error;
+CREATE EXTENSION idempotency;
+RESET client_min_messages;
+SELECT i.objoid::regprocedure AS function, replace(i.initprivs::text, current_user, 'owner') AS initprivs
+  FROM pg_init_privs i JOIN pg_proc p ON p.oid = i.objoid AND i.classoid = 'pg_proc'::regclass
+ WHERE p.proname IN ('idempotency_complete', 'create_scope_variants') ORDER BY 1;
+DROP EXTENSION idempotency;
 DROP ROLE regress_idem_app;
 DROP ROLE regress_idem_outsider;

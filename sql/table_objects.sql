@@ -99,7 +99,7 @@ ROLLBACK;
 ALTER TABLE idempotency.keys DROP CONSTRAINT small_responses;
 
 -- A row changed by hand to a status or attempt the library never writes is
--- refused when read (XX001), rather than taken for a claim; its key answers
+-- refused when read (IK007), rather than taken for a claim; its key answers
 -- again once the row is corrected.
 BEGIN;
 SELECT outcome FROM idempotency_begin('s', 'edited', request_hash('r'::text));
@@ -112,6 +112,49 @@ UPDATE idempotency.keys SET status = 'c', attempt = 0 WHERE key = 'edited';
 SELECT pg_temp.try($$ SELECT idempotency_begin('s', 'edited', request_hash('r'::text)) $$);
 UPDATE idempotency.keys SET attempt = 1 WHERE key = 'edited';
 SELECT outcome FROM idempotency_begin('s', 'edited', request_hash('r'::text));
+
+-- Columns changed by hand.  One added and dropped again leaves a dropped
+-- attribute behind, which the table's descriptor still counts, even after
+-- VACUUM FULL: the functions find their columns by name and keep working --
+-- claims (deferred or not), completions, reads, listings, expiry.
+ALTER TABLE idempotency.keys ADD COLUMN note text;
+-- Kept, a column the functions do not write is refused (55000): their writes
+-- would leave it NULL.  The hint drops it.
+SELECT outcome FROM idempotency_begin('s', 'added', request_hash('r'::text), lease => '1 minute');
+ALTER TABLE idempotency.keys DROP COLUMN note;
+VACUUM FULL idempotency.keys;
+BEGIN;
+SELECT outcome FROM idempotency_begin('s', 'after_drop', request_hash('r'::text));
+SELECT idempotency_complete('s', 'after_drop', 201, '{"order": 2}');
+COMMIT;
+SET idempotency.defer_claims = off;
+BEGIN;
+SELECT outcome FROM idempotency_begin('s', 'written_at_once', request_hash('r'::text), claim_data => '{"w": 1}');
+SELECT idempotency_checkpoint('s', 'written_at_once', 'step 1') > now() AS renewed;
+SELECT idempotency_complete('s', 'written_at_once', 202, '{"order": 3}', '{"Location": "/3"}');
+COMMIT;
+RESET idempotency.defer_claims;
+SELECT outcome, response_status, response_body, response_headers
+  FROM idempotency_begin('s', 'after_drop', request_hash('r'::text));
+SELECT outcome, response_status, response_body, response_headers
+  FROM idempotency_begin('s', 'written_at_once', request_hash('r'::text));
+SELECT outcome FROM idempotency_begin('s', 'edited', request_hash('other'::text));
+SELECT status, attempt, response_status, claim_data, recovery_point
+  FROM idempotency_lookup('s', 'written_at_once');
+SELECT key, status, response_status FROM idempotency_keys('s');
+SELECT idempotency_forget('s', 'indexed');
+UPDATE idempotency.keys SET expires_at = now() - interval '1 day' WHERE key = 'edited';
+SELECT idempotency_expire() AS expired;
+SELECT key, status FROM idempotency.keys ORDER BY key;
+-- One of the functions' columns dropped is refused (55000) until it is added
+-- back, at the end of the table, where the functions find it by name.
+ALTER TABLE idempotency.keys DROP COLUMN claim_data;
+SELECT outcome FROM idempotency_begin('s', 'moved', request_hash('r'::text), lease => '1 minute');
+ALTER TABLE idempotency.keys ADD COLUMN claim_data jsonb;
+SELECT outcome, claim_data FROM idempotency_begin('s', 'moved', request_hash('r'::text),
+                                                 lease => '1 minute', claim_data => '{"w": 2}');
+SELECT claim_data FROM idempotency.keys WHERE key = 'moved';
+SELECT status, claim_data FROM idempotency_lookup('s', 'moved');
 
 DROP TABLE key_changes;
 DROP FUNCTION log_key_change(), drop_writes();

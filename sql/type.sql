@@ -22,11 +22,14 @@ SELECT 'Ba7816bF8f01CfEa414140De5dAe2223b00361A396177a9cB410fF61f20015aD'::reque
     = request_hash('abc'::text) AS mixed_case_equal;
 SELECT request_hash('abc'::text)::text::request_hash = request_hash('abc'::text) AS text_round_trip;
 
--- Every malformed form is 22P02; the full message quotes the bad value.
+-- Every malformed form is 22P02.  The message quotes the bad value only
+-- when it is hexadecimal digits (a mistyped digest), and at most 64 of them:
+-- anything else may be a request body.
 SELECT 'xyz'::request_hash;
 \echo :LAST_ERROR_SQLSTATE
--- A longer value is quoted only up to 64 bytes: it may be a request body.
 SELECT repeat('body', 40)::request_hash;
+SELECT repeat('a', 63)::request_hash;
+SELECT repeat('0a', 40)::request_hash;
 -- An argument of no known type -- a bare literal, a driver's untyped
 -- parameter -- is never hashed by its spelling as text: 64 hex digits are a
 -- digest, as the type's literal form reads them, and anything else is
@@ -57,6 +60,16 @@ PREPARE from_jdbc(varchar) AS
            request_hash_jsonb($1) = request_hash('{ "a" : 1.0 }'::jsonb) AS json_by_value;
 EXECUTE from_jdbc('{"a": 1}');
 DEALLOCATE from_jdbc;
+-- So is every other string type a driver can send (JDBC's setObject(...,
+-- Types.CHAR) sends bpchar): hashed as the text it is, by its bytes -- a
+-- char(n)'s padding included -- never read as a digest.
+PREPARE from_char(bpchar) AS
+    SELECT request_hash($1) = request_hash('{"a": 1}'::text) AS bpchar_as_text;
+EXECUTE from_char('{"a": 1}');
+DEALLOCATE from_char;
+SELECT request_hash('{"a": 1}'::char(10)) = request_hash('{"a": 1}  '::text) AS padded_by_its_bytes,
+       request_hash('{"a": 1}'::name) = request_hash('{"a": 1}'::text) AS name_as_text,
+       request_hash('{'::"char") = request_hash('{'::text) AS char_as_text;
 
 CREATE FUNCTION pg_temp.input_sqlstate(input text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN

@@ -686,13 +686,17 @@ enum CompleteArg
     complete_headers,
     complete_attempt,
     complete_body_bytes,
-    complete_replace
+    complete_replace,
+    complete_omit_oversized // 0.4.0
 };
 
 // What of a response gets stored.  A response over idempotency.max_response_bytes
 // is still completed -- failing would roll the work back, and every retry
 // would do it again and fail again -- but without its body (and without its
-// headers, when they alone are over), marked as omitted.
+// headers, when they alone are over), marked as omitted.  Unless the caller
+// said omit_oversized => false: a middleware that must never acknowledge a
+// response it cannot replay byte for byte then gets an error instead, before
+// anything is written (refuse_oversized).
 struct StoredResponse
 {
     bool body;
@@ -713,6 +717,29 @@ StoredResponse response_to_store(FunctionCallInfo fcinfo)
     int64 headers = argument_bytes(fcinfo, complete_headers);
     int64 limit = settings::max_response_bytes;
     return StoredResponse{body + headers <= limit, headers <= limit, body + headers};
+}
+
+// omit_oversized => false: a response over the limit is refused, before
+// anything is written; the error aborts the caller's transaction, work and
+// all, as any error does.
+void refuse_oversized(FunctionCallInfo fcinfo, const store::Key &key,
+                      const StoredResponse &response)
+{
+    bool omit = !has_arg(fcinfo, complete_omit_oversized) ||
+                PG_GETARG_BOOL(complete_omit_oversized);
+    if (omit || response.body)
+        return;
+    ereport(ERROR,
+            (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+             errmsg("response of idempotency key \"%s\" is too large (%lld bytes)",
+                    key_for_message(key.key), (long long)response.size),
+             errdetail("idempotency.max_response_bytes is %d bytes, counting the body and the "
+                       "headers; with omit_oversized => false nothing is stored.",
+                       settings::max_response_bytes),
+             errhint("Raise idempotency.max_response_bytes (a superuser's setting: ALTER SYSTEM, "
+                     "or ALTER ROLE ... SET for the application's role), or pass "
+                     "omit_oversized => true to store the response without its body."),
+             errhidestmt(true)));
 }
 
 void warn_omitted(const store::Key &key, const StoredResponse &response)
@@ -795,6 +822,8 @@ IDEMPOTENCY_FUNCTION(idempotency_complete)
     require_writable("idempotency_complete");
 
     bool store_response = status < 500 || settings::store_server_errors;
+    if (store_response)
+        refuse_oversized(fcinfo, key, response);
     if (replace && !store_response)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("a response with status %d cannot replace a stored one", status),

@@ -89,9 +89,20 @@ Datum errors_without_request_data(PGFunction body, FunctionCallInfo fcinfo)
 {
     MemoryContext context = CurrentMemoryContext;
     volatile Datum result = (Datum)0;
+    // errfinish asks every callback on error_context_stack for a CONTEXT
+    // line, and those of the caller quote it: SPI's names the SQL statement
+    // that made the call (PL/pgSQL's EXECUTE format('...%L...') puts the body
+    // in its text), a SQL function's its arguments.  Inside the call the
+    // stack starts empty, so that no message the call raises -- an error, a
+    // warning, PostgreSQL's own such as a lock timeout -- carries one; the
+    // callbacks the call pushes itself stay.  PG_TRY restores the caller's
+    // stack when the call fails, and the line below when it returns.
+    ErrorContextCallback *caller_context = error_context_stack;
     PG_TRY();
     {
+        error_context_stack = nullptr;
         result = body(fcinfo);
+        error_context_stack = caller_context;
     }
     PG_CATCH();
     {

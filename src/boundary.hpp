@@ -93,7 +93,9 @@ template <typename Body> inline auto guarded(Body &&body) -> decltype(body())
 // Every error raised inside a call -- the extension's own, and PostgreSQL's,
 // such as a cancel, a lock timeout or a missing table -- is therefore logged
 // without its statement, and a deadlock without the other sessions'
-// statements, which its log detail would quote.  `body` must not throw: it
+// statements, which its log detail would quote; and nothing the call reports
+// (errors, warnings) gets a CONTEXT line from its caller, which would quote
+// the statement that made the call (PL/pgSQL's EXECUTE of a query text).  `body` must not throw: it
 // is guarded() itself, or code that calls no C++ that throws.  The call goes
 // through a function pointer into another translation unit, so that none of
 // body's locals share a frame with the setjmp: an inlined body would leave

@@ -45,7 +45,7 @@ struct Owner
     bool operator==(const Owner &other) const { return xid == other.xid && top == other.top; }
 };
 
-// What another transaction needs to answer as it would for the claim's row.
+// What another transaction needs to answer for the claim (as_held).
 struct Entry
 {
     Tag tag; // the hash key: first
@@ -56,8 +56,6 @@ struct Entry
     bool row_written;
     RequestHash request;
     TimestampTz created_at;
-    TimestampTz expires_at;
-    TimestampTz lease_expires_at;
 };
 
 // This transaction's record of its fresh claim of a key (rule 1), with all
@@ -266,8 +264,6 @@ static Published publish_entry(const OwnClaim &claim, const Ticket &ticket, Entr
             entry->row_written = false;
             entry->request = claim.request;
             entry->created_at = claim.created_at;
-            entry->expires_at = claim.expires_at;
-            entry->lease_expires_at = claim.lease_expires_at;
             pg_atomic_fetch_add_u64(generation, 1);
         }
     }
@@ -361,8 +357,7 @@ static store::Key key_of(const OwnClaim &claim)
 
 // What every fresh claim's row says: an in-progress claim, attempt 1.
 static store::Record claim_record(const store::Key &key, const RequestHash &request,
-                                  TimestampTz created_at, TimestampTz expires_at,
-                                  TimestampTz lease_expires_at)
+                                  TimestampTz created_at)
 {
     store::Record record;
     record.found = true;
@@ -375,34 +370,67 @@ static store::Record claim_record(const store::Key &key, const RequestHash &requ
     record.set(store::col_key, key.key);
     record.set(store::col_request, copy_datum(request));
     record.set(store::col_created_at, TimestampTzGetDatum(created_at));
-    record.set(store::col_expires_at, TimestampTzGetDatum(expires_at));
     record.set(store::col_status, CharGetDatum(store::status_in_progress));
     record.set(store::col_attempt, Int32GetDatum(1));
-    record.set(store::col_lease_expires_at, TimestampTzGetDatum(lease_expires_at));
     return record;
 }
 
 // This transaction's deferred claim, complete with what only its writer needs.
 static store::Record own_record(const OwnClaim &claim)
 {
-    store::Record record = claim_record(key_of(claim), claim.request, claim.created_at,
-                                        claim.expires_at, claim.lease_expires_at);
+    store::Record record = claim_record(key_of(claim), claim.request, claim.created_at);
     record.writer = store::Writer::self;
     record.writer_xid = InvalidTransactionId;
+    record.set(store::col_expires_at, TimestampTzGetDatum(claim.expires_at));
+    record.set(store::col_lease_expires_at, TimestampTzGetDatum(claim.lease_expires_at));
     record.set(store::col_ttl, copy_datum(claim.ttl));
     record.set(store::col_lease, copy_datum(claim.lease));
     return record;
 }
 
+// What every reader learns of a key that another transaction is still
+// changing, whether from that transaction's entry or from the version it
+// wrote: that it is in progress, for which request, at which attempt, since
+// when, with which claim data -- and nothing that transaction may still
+// change or roll back: no response, recovery point, lease or expiry (which
+// apply once it commits).  So the answer is the same whether the claim is
+// deferred -- an entry, whose row a completion in the same transaction
+// writes completed at once, and which a PREPARE TRANSACTION leaves to that
+// row -- or written at once, as a row whose first version is the claim.
+// (A held record is never asked whether it expired: its holder decides.)
+static store::Record as_held(store::Record version)
+{
+    constexpr store::Column shown[] = {store::col_scope,      store::col_key,
+                                       store::col_request,    store::col_created_at,
+                                       store::col_attempt,    store::col_tenant,
+                                       store::col_claim_data, store::col_shard_key};
+    store::Record held = version;
+    for (int column = 0; column < store::column_count; column++)
+        held.set_null(store::Column(column));
+    for (store::Column column : shown)
+    {
+        held.values[column] = version.values[column];
+        held.nulls[column] = version.nulls[column];
+    }
+    held.set(store::col_status, CharGetDatum(store::status_in_progress));
+    return held;
+}
+
+// The newest version of the key in the table, as a claimer must see it.
+static store::Record latest_version(const store::Storage &storage, const store::Key &key)
+{
+    store::Record record = store::read_latest(storage, key);
+    return record.found && record.held_by_other() ? as_held(record) : record;
+}
+
 // Another transaction's live claim, as a reader answers it.
 static store::Record holder_record(const store::Key &key, const Entry &entry)
 {
-    store::Record record = claim_record(key, entry.request, entry.created_at, entry.expires_at,
-                                        entry.lease_expires_at);
+    store::Record record = claim_record(key, entry.request, entry.created_at);
     record.deferred = false;
     record.writer = store::Writer::other;
     record.writer_xid = entry.owner.xid;
-    return record;
+    return as_held(record);
 }
 
 // Writes the rows of the claims that have none yet, through the store as
@@ -552,7 +580,7 @@ store::Record read_latest(const store::Storage &storage, const store::Key &key, 
     if (ticket != nullptr)
         ticket->valid = false;
     if (table == nullptr)
-        return store::read_latest(storage, key);
+        return latest_version(storage, key);
     Tag tag = make_tag(key);
     int index = own_count > 0 ? find_own_index(tag, key) : -1;
     if (index >= 0 && !own[index].written())
@@ -574,7 +602,7 @@ store::Record read_latest(const store::Storage &storage, const store::Key &key, 
     if (entry_found && !entry.row_written && live(entry) &&
         !TransactionIdIsCurrentTransactionId(entry.owner.xid))
         return holder_record(key, entry);
-    return store::read_latest(storage, key);
+    return latest_version(storage, key);
 }
 
 store::Record read_visible(const store::Storage &storage, const store::Key &key, Snapshot snapshot)

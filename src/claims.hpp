@@ -130,8 +130,12 @@ struct Ticket
 
 // The newest state of `key` as a claimer must see it: this transaction's own
 // deferred claim, another transaction's live entry (held by it), or the
-// newest version of the row through a dirty snapshot.  With `ticket`, what
-// a fresh claim of an absent key needs to publish.
+// newest version of the row through a dirty snapshot.  A key that another
+// transaction holds reads the same from its entry or its row, whether its
+// claim was deferred or not: in progress, with the claim's request, attempt,
+// created_at and claim data, and NULL for all that transaction may still
+// change or roll back (a response, the lease, the expiry).  With `ticket`,
+// what a fresh claim of an absent key needs to publish.
 store::Record read_latest(const store::Storage &storage, const store::Key &key,
                           Ticket *ticket = nullptr);
 // The key as `snapshot` sees it, this transaction's deferred claim included.

@@ -80,10 +80,43 @@ sub python
 	return join("\n", @lines, '}', '');
 }
 
+sub go
+{
+	# Go's convention for a generated file: a line "// Code generated ... DO NOT EDIT."
+	my @lines = ('// Code generated from src/errcodes.txt by src/errcodes.pl (make errcodes). DO NOT EDIT.',
+		'', 'package idempotency', '',
+		'// sqlstateAnswers maps a SQLSTATE to the answer other than 500 (doc/reference.md,',
+		'// "Errors"): HTTP status, problem title, Retry-After seconds (0: none).',
+		'var sqlstateAnswers = map[string]sqlstateAnswer{');
+	for my $c (answers(@_))
+	{
+		push @lines, sprintf("\t\"%s\": {%d, %s, %d},", $c->[0], $c->[2], quoted($c->[4], '"'),
+			$c->[3] // 0);
+	}
+	return join("\n", @lines, '}', '');
+}
+
+sub java
+{
+	my @lines = ("// $generated", 'package org.pgidempotency;', '', 'import java.util.Map;', '',
+		'/** SQLSTATE -> the answer for every answer other than 500 (doc/reference.md, "Errors"). */',
+		'final class ErrorCodes {', '    static final Map<String, Answer.Mapped> ANSWERS = Map.ofEntries(');
+	my @answers = answers(@_);
+	for my $i (0 .. $#answers)
+	{
+		my $c = $answers[$i];
+		push @lines, sprintf('        Map.entry("%s", new Answer.Mapped(%d, %s, %s))%s', $c->[0], $c->[2],
+			quoted($c->[4], '"'), $c->[3] // 'null', $i == $#answers ? ');' : ',');
+	}
+	return join("\n", @lines, '', '    private ErrorCodes() {}', '}', '');
+}
+
 my %targets = (
+	'middleware/java/src/main/java/org/pgidempotency/ErrorCodes.java' => \&java,
 	'src/errcodes.hpp' => \&cpp,
 	'middleware/node/errcodes.js' => \&node,
 	'middleware/python/pg_idempotency/errcodes.py' => \&python,
+	'middleware/go/errcodes.go' => \&go,
 );
 
 # The rows of doc/reference.md's "Errors" table: [sqlstate, HTTP cell].

@@ -56,21 +56,30 @@ const RequestHash *request_hash_arg(FunctionCallInfo fcinfo, int n)
 // Text form
 // ---------------------------------------------------------------------------
 
-// The message quotes the bad value, but at most its first 64 bytes: a request
-// body written as request_hash('{...}') is read as hex input (a bare literal
-// makes a function-style cast), and a body must not reach the log whole.
+// The message quotes the bad value only when it is hexadecimal digits, a
+// digest mistyped (and then at most 64 of them): anything else may be a
+// request body, read as this type's text by a cast -- '{...}'::request_hash,
+// or request_hash(x) of a string type with no overload of its own, which
+// PostgreSQL reads as a function-style cast -- and no message shows request
+// data.
 [[noreturn]] void report_invalid_hex(const char *str)
 {
     int length = static_cast<int>(strlen(str));
-    int quoted = pg_mbcliplen(str, length, static_cast<int>(hex_length));
-    ereport(
-        ERROR,
-        (errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
-         errmsg("invalid input syntax for type %s: \"%.*s%s\"", "request_hash", quoted, str,
-                quoted < length ? "..." : ""),
-         errdetail("A request_hash is written as %d hexadecimal digits.",
-                   static_cast<int>(hex_length)),
-         errhint("To hash a string instead, give it a type, as in request_hash('...'::text).")));
+    bool hex_digits = strspn(str, "0123456789abcdefABCDEF") == size_t(length);
+    if (hex_digits)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+                        errmsg("invalid input syntax for type %s: \"%.*s%s\"", "request_hash",
+                               Min(length, static_cast<int>(hex_length)), str,
+                               length > static_cast<int>(hex_length) ? "..." : ""),
+                        errdetail("A request_hash is written as %d hexadecimal digits, not %d.",
+                                  static_cast<int>(hex_length), length)));
+    ereport(ERROR,
+            (errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+             errmsg("invalid input syntax for type %s", "request_hash"),
+             errdetail("A request_hash is written as %d hexadecimal digits. The input, of %d "
+                       "bytes, is not shown: it may be request data.",
+                       static_cast<int>(hex_length), length),
+             errhint("To hash a string instead, give it a type, as in request_hash('...'::text).")));
     pg_unreachable();
 }
 

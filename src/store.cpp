@@ -106,12 +106,14 @@ static Oid lock_heap(LOCKMODE lockmode, bool skip_if_busy)
     }
 }
 
-[[noreturn]] static void report_changed_storage(const char *problem)
+// A change a DBA made to the table that the functions cannot work with: the
+// hint says how to undo it, keeping the keys.
+[[noreturn]] static void report_changed_storage(const char *problem, const char *repair)
 {
-    ereport(ERROR,
-            (errcode(ERRCODE_DATA_CORRUPTED), errmsg("table \"idempotency.keys\" %s", problem),
-             errhint("The extension's storage was changed by hand; reinstall the "
-                     "extension.")));
+    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                    errmsg("table \"idempotency.keys\" %s", problem),
+                    errdetail("The extension's storage was changed by hand."), errhint("%s", repair),
+                    errhidestmt(true)));
 }
 
 // Opens and locks the primary key.  Its OID comes from the table's relcache
@@ -124,12 +126,83 @@ static Relation open_primary_key(Relation heap, LOCKMODE lockmode)
     {
         Oid pkey_oid = compat::primary_key_index(heap);
         if (!OidIsValid(pkey_oid))
-            report_changed_storage("has no primary key");
+            report_changed_storage(
+                "has no primary key",
+                get_attnum(RelationGetRelid(heap), "tenant") != InvalidAttrNumber
+                    ? "Add it back: ALTER TABLE idempotency.keys ADD PRIMARY KEY (tenant, scope, "
+                      "key)."
+                    : "Add it back: ALTER TABLE idempotency.keys ADD PRIMARY KEY (scope, key).");
         Relation pkey = index_open(pkey_oid, lockmode);
         if (compat::primary_key_index(heap) == pkey_oid)
             return pkey;
         index_close(pkey, lockmode);
     }
+}
+
+// The columns' names, in Column order.
+constexpr const char *column_names[column_count] = {
+    "scope",           "key",
+    "request",         "created_at",
+    "ttl",             "expires_at",
+    "status",          "attempt",
+    "lease_expires_at", "completed_at",
+    "response_status", "recovery_point",
+    "response_body",   "response_headers",
+    "tenant",          "lease",
+    "response_body_bytes", "response_body_omitted",
+    "claim_data",      "sweep_at",
+    "shard_key"};
+
+// Finds the columns of storage->heap by name.  A table as the install and
+// update scripts make it has them in order, which one pass over its
+// attributes confirms (no name compared: a call does this every time).
+// Otherwise (ALTER TABLE ... ADD COLUMN x, DROP COLUMN x leaves a dropped
+// attribute, counted in natts; a column dropped and added back comes last)
+// each live attribute is looked up by name.  A column the functions do not
+// know is refused, since their writes would leave it NULL, and so is a
+// missing one; the hints undo the change without losing a key.
+static void map_columns(Storage *storage)
+{
+    TupleDesc desc = RelationGetDescr(storage->heap);
+    int natts = desc->natts;
+    bool in_order = natts == column_count || natts == columns_0_2_0 || natts == columns_0_1_0;
+    for (int i = 0; i < natts && in_order; i++)
+        in_order = !TupleDescAttr(desc, i)->attisdropped;
+    for (int column = 0; column < column_count; column++)
+        storage->attnums[column] = in_order && column < natts ? AttrNumber(column + 1) : 0;
+    storage->in_order = in_order;
+    if (in_order)
+    {
+        storage->columns = natts;
+        return;
+    }
+    for (int i = 0; i < natts; i++)
+    {
+        Form_pg_attribute attribute = TupleDescAttr(desc, i);
+        if (attribute->attisdropped)
+            continue;
+        int column = 0;
+        while (column < column_count && strcmp(NameStr(attribute->attname), column_names[column]))
+            column++;
+        if (column == column_count)
+            report_changed_storage(
+                psprintf("has a column \"%s\" that the extension does not write",
+                         NameStr(attribute->attname)),
+                psprintf("Drop it: ALTER TABLE idempotency.keys DROP COLUMN %s.",
+                         quote_identifier(NameStr(attribute->attname))));
+        storage->attnums[column] = attribute->attnum;
+    }
+    int columns = 0;
+    while (columns < column_count && storage->attnums[columns] != 0)
+        columns++;
+    for (int column = columns; column < column_count; column++)
+        if (storage->attnums[column] != 0 ||
+            (columns != column_count && columns != columns_0_2_0 && columns != columns_0_1_0))
+            report_changed_storage(
+                psprintf("has no column \"%s\"", column_names[columns]),
+                "Add it back with the type the extension's install script gives it (ALTER TABLE "
+                "idempotency.keys ADD COLUMN ...): the functions find their columns by name.");
+    storage->columns = columns;
 }
 
 // The layout of the table: that of this version, of 0.2.0 or of 0.1.0 (see
@@ -138,17 +211,17 @@ static Relation open_primary_key(Relation heap, LOCKMODE lockmode)
 // distributes the keys by shard_key, as it takes the distribution column in
 // every unique constraint.  shard_key is a function of the scope, so the
 // three columns before it still identify a record.
-static int table_columns(const Storage &storage)
+static void check_layout(Storage *storage)
 {
-    int columns = RelationGetDescr(storage.heap)->natts;
-    if (columns != column_count && columns != columns_0_2_0 && columns != columns_0_1_0)
-        report_changed_storage(psprintf("has %d columns, expected %d", columns, (int)column_count));
-    int key_columns = IndexRelationGetNumberOfKeyAttributes(storage.pkey);
-    bool with_shard_key = key_columns == 4 && columns > col_shard_key &&
-                          storage.pkey->rd_index->indkey.values[3] == col_shard_key + 1;
-    if (key_columns != (columns > col_tenant ? 3 : 2) && !with_shard_key)
-        report_changed_storage(psprintf("has a primary key of %d columns", key_columns));
-    return columns;
+    map_columns(storage);
+    int key_columns = IndexRelationGetNumberOfKeyAttributes(storage->pkey);
+    bool with_shard_key = key_columns == 4 && storage->has(col_shard_key) &&
+                          storage->pkey->rd_index->indkey.values[3] ==
+                              storage->attnum(col_shard_key);
+    if (key_columns != (storage->has(col_tenant) ? 3 : 2) && !with_shard_key)
+        report_changed_storage(psprintf("has a primary key of %d columns", key_columns),
+                               "Recreate the primary key on (tenant, scope, key), or (scope, "
+                               "key) before the extension's update to 0.2.0.");
 }
 
 // Opens a relation that holds keys, already locked in `lockmode`.
@@ -156,7 +229,7 @@ static void open_locked(Storage *storage, Oid heap_oid, LOCKMODE lockmode)
 {
     storage->heap = table_open(heap_oid, NoLock);
     storage->pkey = open_primary_key(storage->heap, lockmode);
-    storage->columns = table_columns(*storage);
+    check_layout(storage);
     storage->lockmode = lockmode;
     storage->writes = nullptr;
 }
@@ -306,21 +379,41 @@ void close(Storage &storage)
     table_close(storage.heap, NoLock);
 }
 
-// The slot has as many columns as the table (see Storage::columns).  sweep_at
+// The slot has the table's attributes; each column goes to its own (a
+// dropped attribute, or a column an older table lacks, is NULL).  sweep_at
 // is NULL since 0.3.0, when expiry stopped indexing records; a table still
 // at 0.2.0 requires it, and gets its old default.
-static TupleTableSlot *store_values(TupleTableSlot *slot, const Record &record)
+static TupleTableSlot *store_values(const Storage &storage, TupleTableSlot *slot,
+                                    const Record &record)
 {
     ExecClearTuple(slot);
     TupleDesc descriptor = slot->tts_tupleDescriptor;
-    int columns = descriptor->natts;
-    memcpy(slot->tts_values, record.values, columns * sizeof(Datum));
-    memcpy(slot->tts_isnull, record.nulls, columns * sizeof(bool));
-    if (columns > col_sweep_at && TupleDescAttr(descriptor, col_sweep_at)->attnotnull &&
-        slot->tts_isnull[col_sweep_at])
+    if (storage.in_order)
     {
-        slot->tts_values[col_sweep_at] = TimestampTzGetDatum(DT_NOBEGIN);
-        slot->tts_isnull[col_sweep_at] = false;
+        memcpy(slot->tts_values, record.values, storage.columns * sizeof(Datum));
+        memcpy(slot->tts_isnull, record.nulls, storage.columns * sizeof(bool));
+    }
+    else
+    {
+        for (int i = 0; i < descriptor->natts; i++)
+        {
+            slot->tts_values[i] = (Datum)0;
+            slot->tts_isnull[i] = true;
+        }
+        for (int column = 0; column < storage.columns; column++)
+        {
+            slot->tts_values[storage.attnum(Column(column)) - 1] = record.values[column];
+            slot->tts_isnull[storage.attnum(Column(column)) - 1] = record.nulls[column];
+        }
+    }
+    if (storage.has(col_sweep_at))
+    {
+        int sweep_at = storage.attnum(col_sweep_at) - 1;
+        if (TupleDescAttr(descriptor, sweep_at)->attnotnull && slot->tts_isnull[sweep_at])
+        {
+            slot->tts_values[sweep_at] = TimestampTzGetDatum(DT_NOBEGIN);
+            slot->tts_isnull[sweep_at] = false;
+        }
     }
     ExecStoreVirtualTuple(slot);
     ItemPointerSetInvalid(&slot->tts_tid);
@@ -378,11 +471,24 @@ static void check_written(const TupleTableSlot *slot)
 
 // Copies the slot's tuple out of the shared buffer and decodes it; columns
 // an older table lacks are NULL.
-static void decode_version(TupleTableSlot *slot, Record &record)
+static void decode_version(const Storage &storage, TupleTableSlot *slot, Record &record)
 {
     HeapTuple copy = ExecCopySlotHeapTuple(slot);
-    heap_deform_tuple(copy, slot->tts_tupleDescriptor, record.values, record.nulls);
-    for (int column = slot->tts_tupleDescriptor->natts; column < column_count; column++)
+    TupleDesc descriptor = slot->tts_tupleDescriptor;
+    if (storage.in_order)
+        heap_deform_tuple(copy, descriptor, record.values, record.nulls);
+    else
+    {
+        Datum *values = static_cast<Datum *>(palloc(descriptor->natts * sizeof(Datum)));
+        bool *nulls = static_cast<bool *>(palloc(descriptor->natts * sizeof(bool)));
+        heap_deform_tuple(copy, descriptor, values, nulls);
+        for (int column = 0; column < storage.columns; column++)
+        {
+            record.values[column] = values[storage.attnum(Column(column)) - 1];
+            record.nulls[column] = nulls[storage.attnum(Column(column)) - 1];
+        }
+    }
+    for (int column = storage.columns; column < column_count; column++)
         record.set_null(Column(column));
     record.tid = copy->t_self;
     record.found = true;
@@ -391,11 +497,12 @@ static void decode_version(TupleTableSlot *slot, Record &record)
     // install script): a version this library did not write is refused here.
     if ((record.status() != status_in_progress && record.status() != status_completed) ||
         record.attempt() <= 0)
-        ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+        ereport(ERROR, (errcode(errcode_invalid_record),
                         errmsg("a record in table \"idempotency.keys\" has an invalid status or "
                                "attempt"),
                         errhint("A row of the extension's storage was changed by hand; correct "
-                                "or delete it.")));
+                                "or delete it."),
+                        errhidestmt(true)));
 }
 
 static Record not_found()
@@ -421,9 +528,10 @@ static Writer committed_or_self(TupleTableSlot *slot)
 // HeapTupleSatisfiesDirty left the inserter still in progress, if any, in
 // snapshot->xmin.  The caller has made sure no transaction is deleting or
 // replacing it (snapshot->xmax).
-static void decode_newest(TupleTableSlot *slot, Snapshot snapshot, Record &record)
+static void decode_newest(const Storage &storage, TupleTableSlot *slot, Snapshot snapshot,
+                          Record &record)
 {
-    decode_version(slot, record);
+    decode_version(storage, slot, record);
     if (TransactionIdIsValid(snapshot->xmin))
     {
         record.writer = Writer::other;
@@ -481,7 +589,7 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
         }
         if (!dirty)
         {
-            decode_version(slot, record);
+            decode_version(storage, slot, record);
             record.writer = committed_or_self(slot);
             break;
         }
@@ -491,7 +599,7 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
             record.writer_xid = snapshot->xmax;
             continue;
         }
-        decode_newest(slot, snapshot, record);
+        decode_newest(storage, slot, snapshot, record);
         break;
     }
     ExecDropSingleTupleTableSlot(slot);
@@ -595,7 +703,7 @@ bool fetch_last_write(const Storage &storage, const Key &key, Record *record)
                !TransactionIdIsValid(dirty.xmax);
     if (hit)
     {
-        decode_newest(slot, &dirty, *record);
+        decode_newest(storage, slot, &dirty, *record);
         hit = record->writer == Writer::self && is_of_key(storage, *record, key);
     }
     ExecDropSingleTupleTableSlot(slot);
@@ -624,7 +732,8 @@ static void set_shard_key(const Storage &storage, Record &record)
 {
     if (!storage.has(col_shard_key))
         return;
-    Oid type = TupleDescAttr(RelationGetDescr(storage.heap), col_shard_key)->atttypid;
+    Oid type =
+        TupleDescAttr(RelationGetDescr(storage.heap), storage.attnum(col_shard_key) - 1)->atttypid;
     if (type == TEXTOID)
         record.set_null(col_shard_key);
     else
@@ -638,7 +747,7 @@ void insert_record(Storage &storage, const Key &key, Record &record)
     record.set(col_key, key.key);
     set_shard_key(storage, record);
     WriteContext *writes = start_writes(storage);
-    TupleTableSlot *slot = store_values(writes->new_version, record);
+    TupleTableSlot *slot = store_values(storage, writes->new_version, record);
     run_write([&] { ExecSimpleRelationInsert(writes->result, writes->estate, slot); });
     written(storage, record, slot);
 }
@@ -653,7 +762,7 @@ void update_record(Storage &storage, Record &record)
 {
     WriteContext *writes = start_writes(storage);
     TupleTableSlot *old_version = store_address(writes->old_version, record.tid);
-    TupleTableSlot *slot = store_values(writes->new_version, record);
+    TupleTableSlot *slot = store_values(storage, writes->new_version, record);
     run_write([&] {
         ExecSimpleRelationUpdate(writes->result, writes->estate, &writes->epq, old_version, slot);
     });
@@ -693,6 +802,7 @@ KeyScan begin_key_scan(const Storage &storage, Oid tenant, Datum scope, Datum af
         count++;
     }
     KeyScan key_scan;
+    key_scan.storage = &storage;
     key_scan.scan = compat::begin_index_scan(storage.heap, storage.pkey, snapshot, count);
     index_rescan(key_scan.scan, keys, count, nullptr, 0);
     key_scan.slot = table_slot_create(storage.heap, nullptr);
@@ -704,7 +814,7 @@ bool next_key(KeyScan &scan, Record *record)
     if (!index_getnext_slot(scan.scan, ForwardScanDirection, scan.slot))
         return false;
     *record = not_found();
-    decode_version(scan.slot, *record);
+    decode_version(*scan.storage, scan.slot, *record);
     record->writer = committed_or_self(scan.slot);
     return true;
 }
@@ -721,11 +831,12 @@ void end_key_scan(KeyScan &scan)
 
 // Only the fields Record::expired reads, straight from the buffer: the
 // sweep looks at many rows and deletes most of them, so it copies none.
-static void decode_expiry_fields(TupleTableSlot *slot, Record &record)
+static void decode_expiry_fields(const Storage &storage, TupleTableSlot *slot, Record &record)
 {
     constexpr Column fields[] = {col_expires_at, col_status, col_lease_expires_at};
     for (Column column : fields)
-        record.values[column] = slot_getattr(slot, column + 1, &record.nulls[column]);
+        record.values[column] =
+            slot_getattr(slot, storage.attnum(column), &record.nulls[column]);
     record.tid = slot->tts_tid;
 }
 
@@ -754,10 +865,11 @@ static void delete_if_idle(Sweep &sweep)
 {
     TupleTableSlot *slot = sweep.slot;
     bool isnull;
-    Key key = {InvalidOid, slot_getattr(slot, col_scope + 1, &isnull),
-               slot_getattr(slot, col_key + 1, &isnull)};
-    if (sweep.storage.has(col_tenant))
-        key.tenant = DatumGetObjectId(slot_getattr(slot, col_tenant + 1, &isnull));
+    const Storage &storage = sweep.storage;
+    Key key = {InvalidOid, slot_getattr(slot, storage.attnum(col_scope), &isnull),
+               slot_getattr(slot, storage.attnum(col_key), &isnull)};
+    if (storage.has(col_tenant))
+        key.tenant = DatumGetObjectId(slot_getattr(slot, storage.attnum(col_tenant), &isnull));
     if (!lock_key(key, false))
         return;
     TM_FailureData failure;
@@ -813,7 +925,7 @@ static BlockNumber delete_expired(Sweep &sweep, TimestampTz now, BlockNumber fir
             break;
         }
         Record record;
-        decode_expiry_fields(sweep.slot, record);
+        decode_expiry_fields(sweep.storage, sweep.slot, record);
         // An unfinished claim whose lease still runs is not expired.
         if (record.expired(now))
             delete_if_idle(sweep);
@@ -860,7 +972,8 @@ static Oid next_tenant(Sweep &sweep, Oid after)
     Oid tenant = InvalidOid;
     bool isnull;
     if (index_getnext_slot(scan, ForwardScanDirection, sweep.slot))
-        tenant = DatumGetObjectId(slot_getattr(sweep.slot, col_tenant + 1, &isnull));
+        tenant = DatumGetObjectId(
+            slot_getattr(sweep.slot, sweep.storage.attnum(col_tenant), &isnull));
     index_endscan(scan);
     return tenant;
 }

@@ -109,15 +109,21 @@ constexpr char status_completed = 'c';
 struct WriteContext; // the executor state of writes; see store.cpp
 
 // idempotency.keys and its primary key, locked to the end of the transaction.
+// Its columns are found by name: a column a DBA added and dropped again
+// leaves a dropped attribute behind, and a column dropped and added back
+// comes last.
 struct Storage
 {
     Relation heap;
     Relation pkey;
     LOCKMODE lockmode;
     int columns;          // column_count, or columns_0_2_0 or _0_1_0 before the update
+    bool in_order;        // attribute n is column n - 1, and there are no others
+    AttrNumber attnums[column_count]; // each column's attribute number, while has() it
     WriteContext *writes; // set up by the first write, finished by close()
 
     bool has(Column column) const { return column < columns; }
+    AttrNumber attnum(Column column) const { return attnums[column]; }
 };
 
 // What identifies a record: the tenant (the calling role with tenant
@@ -253,6 +259,7 @@ void delete_record(Storage &storage, const Record &record);
 // after `after_key` when it is not 0: a keyset page through the primary key.
 struct KeyScan
 {
+    const Storage *storage;
     IndexScanDesc scan;
     TupleTableSlot *slot;
 };

@@ -1,16 +1,20 @@
 'use strict';
-// The framework-neutral part: one HTTP request through the extension's SQL functions.
+// The framework-neutral part: one HTTP request through the extension's SQL functions
+// (middleware/README.md is the contract every package keeps).
 //
 // The SQL functions do the work (claim, arbitration, storage, replay); this module turns
-// a request into their arguments and their answers into HTTP responses, as the IETF
-// Idempotency-Key draft and Stripe answer:
+// a request into their arguments and their answers into HTTP responses:
 //   claimed      the handler runs in the claim's transaction; its response is stored
 //   replay       the stored status, headers and body, plus Idempotent-Replayed: true
 //   in_progress  409 with Retry-After (or wait, with options.wait)
 //   mismatch     422
 //   no key       400 when options.required, else the handler runs unprotected
+// The adapters (express.js, fastify.js) only translate the framework's request and
+// response; every rule about what is answered lives here.
 
-const DEFAULTS = {
+const MAX_BODY_BYTES = 1024 * 1024;
+
+const DEFAULTS = Object.freeze({
   header: 'idempotency-key',
   required: true,
   // Response headers stored and replayed (lower case).
@@ -19,23 +23,51 @@ const DEFAULTS = {
   storeServerErrors: false,
   wait: null, // seconds to wait for a request in flight instead of answering 409
   ttl: null, // interval text ('24 hours'); null: the server's default
-  // scope(request): by default method and route pattern, prefixed by tenant(request).
-  // On Citus, return the tenant column's value (doc/citus.md).
-  scope: null,
+  // tenant(request) and scope(request) get the framework's own request object.  The
+  // scope is the tenant ('' without the hook); perRoute makes it
+  // "<tenant> <METHOD> <route pattern>" ("<METHOD> <route pattern>" without a tenant
+  // hook); a scope hook replaces both.  On Citus, the scope is the tenant column's value.
   tenant: null,
+  scope: null,
+  perRoute: false,
   methods: ['POST', 'PATCH'],
+  // Request bodies over this many bytes answer 413 before anything runs; null: 1 MiB
+  // (MAX_BODY_BYTES), and in Fastify the route's bodyLimit (1 MiB unless set).
+  maxBodyBytes: null,
   // Two-phase mode (doc/handlers.md), for handlers that call other systems: the claim
   // commits at once with this lease (interval text); the handler may checkpoint(), which
   // commits; its response commits with its writes after the last checkpoint, fenced by
   // the attempt (a handler whose lease ended and was taken over gets 409).
   lease: null,
+});
+
+const CHECKS = {
+  header: (v) => typeof v === 'string' && v.length > 0,
+  required: (v) => typeof v === 'boolean',
+  storedHeaders: (v) => Array.isArray(v) && v.every((h) => typeof h === 'string'),
+  storeServerErrors: (v) => typeof v === 'boolean',
+  wait: (v) => v == null || (typeof v === 'number' && v >= 0),
+  ttl: (v) => v == null || typeof v === 'string',
+  tenant: (v) => v == null || typeof v === 'function',
+  scope: (v) => v == null || typeof v === 'function',
+  perRoute: (v) => typeof v === 'boolean',
+  methods: (v) => Array.isArray(v) && v.every((m) => typeof m === 'string'),
+  maxBodyBytes: (v) => v == null || (Number.isSafeInteger(v) && v >= 0),
+  lease: (v) => v == null || typeof v === 'string',
 };
 
-function settings(options) {
+// The options merged over the defaults; a wrong one is a TypeError when the app starts,
+// not a 500 on every request.
+function settings(options = {}) {
+  for (const [name, value] of Object.entries(options)) {
+    if (!(name in CHECKS)) throw new TypeError(`pg-idempotency: unknown option ${name}`);
+    if (!CHECKS[name](value)) throw new TypeError(`pg-idempotency: option ${name} has a wrong value`);
+  }
   const merged = { ...DEFAULTS, ...options };
   merged.header = merged.header.toLowerCase();
   merged.storedHeaders = merged.storedHeaders.map((h) => h.toLowerCase());
-  return merged;
+  merged.methods = merged.methods.map((m) => m.toUpperCase());
+  return Object.freeze(merged);
 }
 
 // The SQLSTATEs answered with something other than 500, and how (doc/reference.md,
@@ -43,113 +75,216 @@ function settings(options) {
 // operator's, a 500.
 const RETRYABLE = require('./errcodes');
 
-function problem(status, title, retryAfter) {
+// An application/problem+json answer (RFC 9457).
+function problem(status, title, { detail, retryAfter } = {}) {
   const headers = { 'content-type': 'application/problem+json' };
   if (retryAfter != null) headers['retry-after'] = String(retryAfter);
-  return { status, headers, body: Buffer.from(JSON.stringify({ type: 'about:blank', title, status })) };
+  const document = { type: 'about:blank', title, status };
+  if (detail) document.detail = detail;
+  return { status, headers, body: Buffer.from(JSON.stringify(document)) };
 }
 
 function problemFor(error) {
   const answer = error && RETRYABLE[error.code];
-  return answer ? problem(...answer) : null;
+  return answer ? problem(answer[0], answer[1], { retryAfter: answer[2] }) : null;
 }
 
-function scopeOf(request, options) {
-  if (options.scope) return options.scope(request);
-  const scope = `${request.method} ${request.route}`;
-  return options.tenant ? `${options.tenant(request)} ${scope}` : scope;
+// The answers of this module's own, other than the SQLSTATE map's.
+const LIMIT = 'idempotency.max_response_bytes';
+const answers = {
+  keyRequired: () => problem(400, 'The Idempotency-Key header is required'),
+  bodyTooLarge: (limit) => problem(413, 'The request body is too large', {
+    detail: `The body is over ${limit} bytes, the middleware's maxBodyBytes.` }),
+  badJson: () => problem(400, 'The request body is not valid JSON'),
+  hookFailed: () => problem(500, 'The tenant or scope hook failed'),
+  responseTooLarge: (detail) => problem(500, `The response is over ${LIMIT}`, {
+    detail: detail || `It cannot be stored whole, so it was not sent and its work was rolled back; ${LIMIT} is the server's limit.` }),
+  bodyOmitted: () => problem(500, 'The stored response of this Idempotency-Key has no body', {
+    detail: `It was over ${LIMIT} and was stored without its body; a replay would not be the first answer.` }),
+  mismatch: () => problem(422, 'The Idempotency-Key was used for a different request'),
+  inProgress: (retryAfter) => problem(409, 'A request with this Idempotency-Key is in progress', { retryAfter }),
+};
+
+// A request without the key header, when the key is required, answers 400 before the
+// body is read or any hook runs.
+function keyRefusal(key, options) {
+  return key == null && options.required ? answers.keyRequired() : null;
 }
 
-// request_hash of method, path and body; a JSON body by its value, not its spelling.
+// The scope of a request: options.scope(request), or the tenant, per route with
+// options.perRoute.  The hooks get the framework's own request object and may be async;
+// a hook that throws, or returns no text, rejects: the adapter answers 500.
+async function scopeOf(native, method, route, options) {
+  if (options.scope) return hookText(await options.scope(native), 'scope');
+  const tenant = options.tenant ? hookText(await options.tenant(native), 'tenant') : null;
+  if (!options.perRoute) return tenant ?? '';
+  return tenant == null ? `${method} ${route}` : `${tenant} ${method} ${route}`;
+}
+
+function hookText(value, hook) {
+  if (typeof value === 'string') return value;
+  if (typeof value === 'number' || typeof value === 'bigint') return String(value);
+  throw new TypeError(`pg-idempotency: the ${hook} hook returned ${value === null ? 'null' : typeof value}, not a string`);
+}
+
+// A JSON content type: application/json or any application/...+json.
+function isJsonType(contentType) {
+  return /^application\/([\w.-]+\+)?json\s*(;|$)/i.test(contentType || '');
+}
+
+// request_hash_parts(method, route pattern, path, query string, body); a JSON body by its
+// value (request_hash_jsonb), not its spelling, any other by its bytes.
 function fingerprint(request, first) {
-  let json = /json/.test(request.contentType || '');
+  let json = isJsonType(request.contentType) && request.body.length > 0;
+  const text = json ? request.body.toString() : null;
   if (json) {
     try {
-      JSON.parse(request.body.toString());
+      JSON.parse(text);
     } catch {
       json = false;
     }
   }
-  const body = json
-    ? [`request_hash_jsonb($${first + 2}::text)::text`, request.body.toString()]
-    : [`request_hash($${first + 2}::bytea)::text`, request.body];
+  const n = (i) => `$${first + i}`;
+  const body = json ? [`request_hash_jsonb(${n(4)}::text)::text`, text] : [`request_hash(${n(4)}::bytea)::text`, request.body];
   return {
-    sql: `request_hash_parts($${first}::text, $${first + 1}::text, ${body[0]})`,
-    params: [request.method, request.path, body[1]],
+    sql: `request_hash_parts(${n(0)}::text, ${n(1)}::text, ${n(2)}::text, ${n(3)}::text, ${body[0]})`,
+    params: [request.method, request.route, request.path, request.query, body[1]],
   };
 }
 
-async function begin(client, scope, request, options, lease) {
+async function begin(client, request, options, lease) {
   const hash = fingerprint(request, 3);
-  const params = [scope, request.key, ...hash.params];
+  const params = [request.scope, request.key, ...hash.params];
   const named = [];
   if (options.ttl != null) named.push(`ttl => $${params.push(options.ttl)}::interval`);
   if (lease != null) named.push(`lease => $${params.push(lease)}::interval`);
   if (options.wait != null) named.push(`wait => make_interval(secs => $${params.push(options.wait)})`);
   const { rows } = await client.query(
     `SELECT outcome::text AS outcome, response_status, response_headers, response_body_bytes,
-            retry_after_seconds, attempt, recovery_point
+            response_body_omitted, retry_after_seconds, attempt, recovery_point,
+            current_setting('idempotency.max_response_bytes', true) AS max_response_bytes
        FROM idempotency_begin($1, $2, ${hash.sql}${named.map((n) => ', ' + n).join('')})`,
     params,
   );
   return rows[0];
 }
 
+// The server's limit as current_setting shows it ('1MB', '54000B'), in bytes; null when
+// unknown (the server still enforces it).
+function bytesOf(setting) {
+  const match = /^(\d+)\s*(B|kB|MB|GB|TB)?$/.exec(setting || '');
+  if (!match) return null;
+  const unit = { B: 1, kB: 1024, MB: 1024 ** 2, GB: 1024 ** 3, TB: 1024 ** 4 }[match[2] || 'B'];
+  return Number(match[1]) * unit;
+}
+
 function unclaimed(row) {
   if (row.outcome === 'replay') {
+    // A record stored without its body would replay something other than the first
+    // answer: nothing is acknowledged instead.
+    if (row.response_body_omitted) return answers.bodyOmitted();
     return {
       status: row.response_status,
       headers: { ...(row.response_headers || {}), 'idempotent-replayed': 'true' },
       body: row.response_body_bytes || Buffer.alloc(0),
     };
   }
-  if (row.outcome === 'in_progress') {
-    return problem(409, 'A request with this Idempotency-Key is in progress', row.retry_after_seconds);
-  }
-  return problem(422, 'The Idempotency-Key was used for a different request');
+  if (row.outcome === 'in_progress') return answers.inProgress(row.retry_after_seconds);
+  return answers.mismatch();
 }
 
-async function complete(client, scope, key, response, options, attempt) {
+async function complete(client, request, response, options, attempt) {
   const headers = {};
   for (const [name, value] of Object.entries(response.headers)) {
     if (options.storedHeaders.includes(name.toLowerCase())) headers[name.toLowerCase()] = String(value);
   }
+  // omit_oversized => false: a response over the server's limit raises 54000 instead of
+  // being stored without its body.
   await client.query(
     `SELECT idempotency_complete($1, $2, $3, response_headers => $4::jsonb,
-                                 response_body_bytes => $5, attempt => $6::integer)`,
-    [scope, key, response.status, JSON.stringify(headers), response.body, attempt ?? null],
+                                 response_body_bytes => $5, attempt => $6::integer,
+                                 omit_oversized => false)`,
+    [request.scope, request.key, response.status, JSON.stringify(headers), response.body, attempt ?? null],
   );
+}
+
+// What a handler writes, held until it is stored: the chunks up to `cap` bytes, and only
+// the count past it (such a response cannot be stored whole, so it is never sent).
+class HeldBody {
+  constructor(cap) {
+    this.cap = cap ?? Infinity;
+    this.chunks = [];
+    this.size = 0;
+  }
+
+  add(chunk) {
+    this.size += chunk.length;
+    if (this.size <= this.cap) this.chunks.push(chunk);
+    else this.chunks = null;
+  }
+
+  get over() {
+    return this.size > this.cap;
+  }
+
+  bytes() {
+    return this.chunks ? Buffer.concat(this.chunks, this.size) : null;
+  }
+}
+
+// A stream's bytes, read into a HeldBody of `cap` bytes: resolves with the HeldBody once
+// the stream ends or is over the cap.  Over the cap, the listeners go: the caller
+// answers at once, and the rest of the stream is discarded (a request) or destroyed (a
+// handler's stream).
+function readStream(stream, cap) {
+  const held = new HeldBody(cap);
+  return new Promise((resolve, reject) => {
+    const settle = (how, value) => {
+      stream.off('data', onData).off('end', onEnd).off('error', onError);
+      how(value);
+    };
+    const onData = (chunk) => {
+      held.add(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk));
+      if (held.over) settle(resolve, held);
+    };
+    const onEnd = () => settle(resolve, held);
+    const onError = (error) => settle(reject, error);
+    stream.on('data', onData).on('end', onEnd).on('error', onError);
+  });
 }
 
 // The lifecycle of one request, for the adapters: start() claims (or answers), finish()
 // stores the handler's response and commits (or rolls back), abort() rolls back.
+// `request` is {method, route, path, query, body, key, contentType, scope}.
 class Course {
   constructor(pool, request, options) {
     this.pool = pool;
     this.request = request;
     this.options = options;
-    this.scope = scopeOf(request, options);
     this.client = null;
+    this.maxResponseBytes = null; // the server's limit, once claimed
   }
 
   // An answer to send without running the handler, or null: run it, with this.client
   // in the claim's transaction.
   async start() {
     if (this.request.key == null) {
-      if (this.options.required) return problem(400, 'The Idempotency-Key header is required');
+      const refusal = keyRefusal(null, this.options);
+      if (refusal) return refusal;
       this.client = await this.pool.connect();
-      await this.client.query('BEGIN');
       this.unprotected = true;
+      await this.query('BEGIN');
       return null;
     }
     this.client = await this.pool.connect();
     try {
       await this.client.query('BEGIN');
       const lease = this.options.lease;
-      const row = await begin(this.client, this.scope, this.request, this.options, lease);
+      const row = await begin(this.client, this.request, this.options, lease);
       if (row.outcome === 'claimed') {
         this.attempt = row.attempt;
         this.recoveryPoint = row.recovery_point;
+        this.maxResponseBytes = bytesOf(row.max_response_bytes);
         if (lease != null) await this.client.query('COMMIT; BEGIN');
         return null;
       }
@@ -163,22 +298,50 @@ class Course {
     }
   }
 
-  // Stores the handler's {status, headers, body} and commits; what to send instead when
-  // that fails with a SQLSTATE a retry resolves.
+  async query(sql) {
+    try {
+      await this.client.query(sql);
+    } catch (error) {
+      await this.end('ROLLBACK');
+      throw error;
+    }
+  }
+
+  // The most of a response body worth holding: past the server's limit it cannot be
+  // stored whole.
+  get responseCap() {
+    return this.unprotected ? null : this.maxResponseBytes;
+  }
+
+  heldBody() {
+    return new HeldBody(this.responseCap);
+  }
+
+  // Stores the handler's {status, headers, body} and commits; returns what to send: the
+  // response, or a problem when it cannot be stored (over the limit: 500, its work rolled
+  // back) or storing it failed on a SQLSTATE a retry resolves.  `body` null: a body over
+  // the limit, not kept.
   async finish(response) {
     try {
-      if (this.unprotected || response.status < 500 || this.options.storeServerErrors) {
-        if (!this.unprotected) {
-          await complete(this.client, this.scope, this.request.key, response, this.options,
-                         this.options.lease != null ? this.attempt : null);
-        }
+      if (this.unprotected) {
         await this.end('COMMIT');
-      } else {
-        await this.abort(); // the work and the claim: a retry runs again
+        return response;
       }
+      if (response.body == null) {
+        await this.abort();
+        return answers.responseTooLarge(null);
+      }
+      if (response.status >= 500 && !this.options.storeServerErrors) {
+        await this.abort(); // the work and the claim: a retry runs again
+        return response;
+      }
+      await complete(this.client, this.request, response, this.options,
+        this.options.lease != null ? this.attempt : null);
+      await this.end('COMMIT');
       return response;
     } catch (error) {
       await this.end('ROLLBACK');
+      if (error && error.code === '54000') return answers.responseTooLarge(error.detail);
       const answer = problemFor(error);
       if (answer) return answer;
       throw error;
@@ -188,7 +351,7 @@ class Course {
   // Two-phase mode: records progress and renews the lease, committed at once.
   async checkpoint(recoveryPoint) {
     await this.client.query('SELECT idempotency_checkpoint($1, $2, $3, attempt => $4)',
-      [this.scope, this.request.key, recoveryPoint, this.attempt]);
+      [this.request.scope, this.request.key, recoveryPoint, this.attempt]);
     await this.client.query('COMMIT; BEGIN');
   }
 
@@ -198,7 +361,7 @@ class Course {
       try {
         await this.client.query('ROLLBACK');
         await this.client.query('SELECT idempotency_release($1, $2, attempt => $3)',
-          [this.scope, this.request.key, this.attempt]);
+          [this.request.scope, this.request.key, this.attempt]);
       } catch {
         // Its lease ends by itself; a newer attempt may already hold it (IK003).
       }
@@ -217,6 +380,27 @@ class Course {
       client.release(error); // a broken connection leaves the pool
     }
   }
+
+  // What the handler gets as req.idempotency / request.idempotency.
+  context() {
+    return {
+      client: this.client,
+      scope: this.unprotected ? null : this.request.scope,
+      key: this.request.key,
+      attempt: this.attempt ?? null,
+      recoveryPoint: this.recoveryPoint ?? null,
+      checkpoint: (point) => this.checkpoint(point),
+    };
+  }
 }
 
-module.exports = { Course, settings, problem };
+// The parts of a URL the fingerprint takes: the path and the query string as sent,
+// without its "?".
+function splitUrl(url) {
+  const at = url.indexOf('?');
+  return at < 0 ? { path: url, query: '' } : { path: url.slice(0, at), query: url.slice(at + 1) };
+}
+
+module.exports = {
+  MAX_BODY_BYTES, Course, settings, problem, answers, keyRefusal, scopeOf, isJsonType, splitUrl, readStream,
+};

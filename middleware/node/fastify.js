@@ -1,6 +1,8 @@
 'use strict';
-// Fastify: a plugin that protects every route's POST and PATCH requests (options.methods),
-// but for a route declared with `config: { idempotency: false }`.
+// Fastify 4 and 5: a plugin that protects every route's POST and PATCH requests
+// (options.methods) in the context it is registered in and its children, as
+// fastify-plugin's plugins do; a route changes its options with
+// `config: { idempotency: {...} }`, or opts out with `config: { idempotency: false }`.
 //
 //   fastify.register(fastifyIdempotency, { pool });
 //   fastify.post('/orders', async (request, reply) => {
@@ -9,81 +11,119 @@
 //     return { ... };
 //   });
 const { Readable } = require('node:stream');
-const { Course, settings } = require('./core');
+const {
+  MAX_BODY_BYTES, Course, settings, answers, keyRefusal, scopeOf, splitUrl, readStream,
+} = require('./core');
 
-async function readAll(stream) {
-  const chunks = [];
-  for await (const chunk of stream) chunks.push(Buffer.from(chunk));
-  return Buffer.concat(chunks);
-}
+const kState = Symbol('pg-idempotency'); // per request: {config, key, body, course}
 
-function applies(request, config) {
-  const route = request.routeOptions.config || {};
-  return config.methods.includes(request.method) && route.idempotency !== false;
-}
-
-async function fastifyIdempotency(fastify, options) {
+async function fastifyIdempotency(fastify, options = {}) {
   const { pool, ...rest } = options;
-  const config = settings(rest);
+  if (!pool || typeof pool.connect !== 'function') {
+    throw new TypeError('pg-idempotency: register(fastifyIdempotency, { pool }) needs a pg Pool');
+  }
+  const base = settings(rest);
+  const routeSettings = new WeakMap(); // a route's config.idempotency -> its settings
+  const configOf = (request) => {
+    const own = (request.routeOptions.config || {}).idempotency;
+    if (own === false) return null;
+    if (own == null || own === true) return base;
+    if (!routeSettings.has(own)) routeSettings.set(own, settings({ ...rest, ...own }));
+    return routeSettings.get(own);
+  };
+  if (!fastify.hasRequestDecorator('idempotency')) fastify.decorateRequest('idempotency', null);
 
-  fastify.decorateRequest('idempotency', null);
-
-  // The raw body, for the fingerprint, handed on to Fastify's parsers unchanged.
+  // The key, then the raw body (for the fingerprint, up to the limit), handed on to
+  // Fastify's parsers unchanged.  A registration in a parent context already did it.
   fastify.addHook('preParsing', async (request, reply, payload) => {
-    if (!applies(request, config)) return payload;
-    request.rawBody = await readAll(payload);
-    return Readable.from([request.rawBody]);
+    const config = configOf(request);
+    if (!config || !config.methods.includes(request.method) || request[kState]) return payload;
+    const key = request.headers[config.header] ?? null;
+    const refusal = keyRefusal(key, config);
+    if (refusal) return answer(reply, refusal);
+    const limit = config.maxBodyBytes ?? request.routeOptions.bodyLimit ?? MAX_BODY_BYTES;
+    if (Number(request.headers['content-length']) > limit) return answer(reply, answers.bodyTooLarge(limit));
+    const held = await readStream(payload, limit);
+    if (held.over) return answer(reply, answers.bodyTooLarge(limit));
+    const body = held.bytes();
+    request[kState] = { config, key, body, course: null };
+    return Readable.from([body]);
   });
 
+  // After parsing and validation: the hooks, then the claim.
   fastify.addHook('preHandler', async (request, reply) => {
-    if (!applies(request, config)) return;
-    const course = new Course(pool, {
-      method: request.method,
-      route: request.routeOptions.url,
-      path: request.url.split('?')[0],
-      body: request.rawBody || Buffer.alloc(0),
-      key: request.headers[config.header] ?? null,
-      contentType: request.headers['content-type'] || '',
-    }, config);
-    const answer = await course.start();
-    if (answer) {
-      reply.code(answer.status).headers(answer.headers);
-      return reply.send(answer.body);
+    const state = request[kState];
+    if (!state || state.course) return undefined;
+    const { config, key, body } = state;
+    const route = request.routeOptions.url;
+    let scope = '';
+    if (key != null) {
+      try {
+        scope = await scopeOf(request, request.method, route, config);
+      } catch (error) {
+        request.log.error({ err: error }, 'pg-idempotency: the tenant or scope hook failed');
+        return answer(reply, answers.hookFailed());
+      }
     }
-    request.idempotency = {
-      client: course.client, scope: course.scope, key: course.request.key,
-      attempt: course.attempt, recoveryPoint: course.recoveryPoint,
-      checkpoint: (point) => course.checkpoint(point), course };
+    const course = new Course(pool, {
+      method: request.method, route, ...splitUrl(request.url), body, key,
+      contentType: request.headers['content-type'] || '', scope,
+    }, config);
+    const refused = await course.start();
+    if (refused) return answer(reply, refused);
+    state.course = course;
+    request.idempotency = course.context();
+    return undefined;
   });
 
-  // The serialized response: stored and committed before it is sent.
+  // The response, serialized or a stream (read here, up to the server's limit): stored
+  // and committed before it is sent.
   fastify.addHook('onSend', async (request, reply, payload) => {
-    const course = request.idempotency && request.idempotency.course;
+    const course = request[kState]?.course;
     if (!course || !course.client) return payload;
-    const body = payload == null ? Buffer.alloc(0) : Buffer.isBuffer(payload) ? payload : Buffer.from(String(payload));
-    const headers = {};
-    for (const [name, value] of Object.entries(reply.getHeaders())) headers[name] = String(value);
-    const answer = await course.finish({ status: reply.statusCode, headers, body });
-    if (answer.body === body) return payload;
-    reply.code(answer.status);
+    const body = await bytesOf(payload, course.responseCap);
+    const response = { status: reply.statusCode, headers: reply.getHeaders(), body };
+    const sent = await course.finish(response);
+    if (sent === response) return body;
     for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
-    reply.headers(answer.headers);
-    return answer.body;
+    reply.code(sent.status).headers(sent.headers);
+    return sent.body;
   });
 
-  // A handler that threw: roll back (onSend may not run, or run for the error reply).
+  // A handler that threw: roll back (the error's reply then passes onSend as is).
   fastify.addHook('onError', async (request) => {
-    const course = request.idempotency && request.idempotency.course;
-    if (course) await course.abort();
+    await request[kState]?.course?.abort();
   });
+  // After the reply, nothing stays open (a no-op once finished).
   fastify.addHook('onResponse', async (request) => {
-    const course = request.idempotency && request.idempotency.course;
-    if (course) await course.abort(); // no-op once finished
+    await request[kState]?.course?.abort();
   });
 }
 
-// Hooks for the whole instance, not only an encapsulated child context.
+// An answer from a hook, instead of the handler.
+function answer(reply, problem) {
+  reply.code(problem.status).headers(problem.headers).send(problem.body);
+  return reply;
+}
+
+// The payload onSend got, as bytes; null when it is a stream over the server's limit,
+// which is then destroyed.
+async function bytesOf(payload, cap) {
+  if (payload == null) return Buffer.alloc(0);
+  if (Buffer.isBuffer(payload)) return payload;
+  if (typeof payload === 'string') return Buffer.from(payload);
+  if (typeof payload.pipe === 'function') {
+    const held = await readStream(payload, cap);
+    if (held.over) payload.destroy();
+    return held.bytes();
+  }
+  return Buffer.from(String(payload));
+}
+
+// What fastify-plugin would set: hooks and decorators for the context the plugin is
+// registered in, not an encapsulated child of it; the name and the Fastify versions.
 fastifyIdempotency[Symbol.for('skip-override')] = true;
 fastifyIdempotency[Symbol.for('fastify.display-name')] = 'pg-idempotency';
+fastifyIdempotency[Symbol.for('plugin-meta')] = { name: 'pg-idempotency', fastify: '4.x || 5.x' };
 
 module.exports = { fastifyIdempotency };

@@ -1,7 +1,8 @@
 'use strict';
 // pg-idempotency: Idempotency-Key middleware over the idempotency PostgreSQL extension.
+// Express (express.js) and Fastify (fastify.js) here; the node-idempotency store is
+// pg-idempotency/node-idempotency.
 const { idempotency } = require('./express');
 const { fastifyIdempotency } = require('./fastify');
-const { Course, settings, problem } = require('./core');
 
-module.exports = { idempotency, fastifyIdempotency, Course, settings, problem };
+module.exports = { idempotency, fastifyIdempotency };

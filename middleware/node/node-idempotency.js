@@ -7,15 +7,16 @@
 //   const idempotency = new Idempotency(new PostgresStorageAdapter(pool), options);
 //
 // The library keeps its state as a JSON string per key: "in progress" first, then the
-// response.  setIfNotExists claims the key, committed at once with a lease as long as the
-// library's ttl (the library has no transaction to join), keeping the string as the
-// claim's claim_data (a JSON string); set completes it with the string as the stored
-// body; get reads either back, and nothing once the ttl has passed.  The claim is arbitrated by the extension, so two processes never both
+// response.  Each operation is one statement.  setIfNotExists claims the key, committed
+// at once with a lease as long as the library's ttl (the library has no transaction to
+// join), keeping the string as the claim's claim_data (a JSON string); set completes it
+// with the string as the stored body; get reads either back, and nothing once the ttl
+// has passed.  The claim is arbitrated by the extension, so two processes never both
 // hear "new" for one key.
 
-const CLAIM = `SELECT outcome::text AS outcome
-                 FROM idempotency_begin($1, $2, request_hash_text($1), ttl => $3::interval,
-                                        lease => $3::interval, claim_data => to_jsonb($4::text))`;
+// The claim of ($1 scope, $2 key) with ($3) ttl and lease, keeping ($4) the value.
+const BEGIN = `idempotency_begin($1, $2, request_hash_text($1), ttl => $3::interval,
+                                 lease => $3::interval, claim_data => to_jsonb($4::text))`;
 
 class PostgresStorageAdapter {
   constructor(pool, { scope = 'node-idempotency', defaultTtlMs = 24 * 3600 * 1000 } = {}) {
@@ -29,33 +30,21 @@ class PostgresStorageAdapter {
   }
 
   async setIfNotExists(key, val, { ttl } = {}) {
-    const { rows } = await this.pool.query(CLAIM, [this.scope, key, this.interval(ttl), val]);
+    const { rows } = await this.pool.query(`SELECT outcome::text AS outcome FROM ${BEGIN}`, [this.scope, key, this.interval(ttl), val]);
     return rows[0].outcome === 'claimed';
   }
 
-  // Completes the claim with `val`, or replaces a completed record's value (the same
-  // attempt), or claims and completes a key that has none, in one transaction.
+  // Completes the claim with `val` (the attempt that claimed it), or replaces a completed
+  // record's value (the same attempt), or claims and completes a key that has none: one
+  // statement, whose begin settles which, so no other caller comes in between.  A value
+  // over idempotency.max_response_bytes raises 54000 rather than being kept without it.
   async set(key, val, { ttl } = {}) {
-    const client = await this.pool.connect();
-    try {
-      await client.query('BEGIN');
-      const { rows } = await client.query(
-        'SELECT status, attempt FROM idempotency_lookup($1, $2, latest => true)', [this.scope, key]);
-      const record = rows[0];
-      if (!record) {
-        await client.query(CLAIM, [this.scope, key, this.interval(ttl), val]);
-      }
-      await client.query(
-        `SELECT idempotency_complete($1, $2, 200, response_body_bytes => convert_to($3, 'UTF8'),
-                                     attempt => $4::integer, replace => $5)`,
-        [this.scope, key, val, record ? record.attempt : null, record?.status === 'completed']);
-      await client.query('COMMIT');
-    } catch (error) {
-      await client.query('ROLLBACK');
-      throw error;
-    } finally {
-      client.release();
-    }
+    await this.pool.query(
+      `SELECT idempotency_complete($1, $2, 200, response_body_bytes => convert_to($4, 'UTF8'),
+                                   attempt => b.attempt, replace => b.outcome = 'replay',
+                                   omit_oversized => false)
+         FROM ${BEGIN} AS b`,
+      [this.scope, key, this.interval(ttl), val]);
   }
 
   async get(key) {

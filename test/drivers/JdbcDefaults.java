@@ -10,6 +10,7 @@ import java.sql.DriverManager;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
+import java.sql.Types;
 import java.util.UUID;
 
 public class JdbcDefaults {
@@ -71,6 +72,23 @@ public class JdbcDefaults {
                 }
             }
             report(hashes, "request_hash(?) and request_hash_jsonb(?) take setString's varchar");
+
+            // setObject(..., Types.CHAR) sends bpchar: hashed as the text too.
+            boolean chars = true;
+            try (PreparedStatement ps = conn.prepareStatement(
+                     "SELECT request_hash(?) = request_hash('{\"a\": 1}'::text)")) {
+                for (int i = 0; i < 8; i++) { // past prepareThreshold
+                    ps.setObject(1, "{\"a\": 1}", Types.CHAR);
+                    try (ResultSet rs = ps.executeQuery()) {
+                        rs.next();
+                        chars &= rs.getBoolean(1);
+                    }
+                }
+            } catch (SQLException e) {
+                chars = false;
+                System.out.println("# " + e.getSQLState() + ": " + e.getMessage());
+            }
+            report(chars, "request_hash(?) takes setObject(..., Types.CHAR)'s bpchar");
 
             // New requests, then their retries, each past prepareThreshold.
             boolean claimed = true, replayed = true;

@@ -283,6 +283,101 @@ redis_info() {
     redis_cli INFO "$section" | tr -d '\r' | sed -n "s/^$field://p"
 }
 
+# ---------------------------------------------------------------- workloads
+
+# What each workload is, in the reports: test/pgbench/<name>.sql, or a Redis
+# mode of redis_load (make bench).
+declare -rA labels=(
+    [bare_insert]='baseline: bare INSERT'
+    [bare_select]='baseline: bare PK SELECT'
+    [plain_new]='baseline: plain new request, 5 statements'
+    [plain_new_fn]='baseline: plain new request, PL/pgSQL'
+    [plain_replay]='baseline: plain replay'
+    [plain_contention]='baseline: plain contention, 100 keys'
+    [minimal_new_fn]='baseline: hand-written minimum, PL/pgSQL'
+    [minimal_new]='baseline: hand-written minimum, 1 statement'
+    [ext_new]='ext: new request, 5 statements'
+    [ext_new_fn]='ext: new request, 1 round trip (PL/pgSQL)'
+    [ext_new_pipeline]='ext: new request, 1 round trip (pipeline)'
+    [ext_replay]='ext: replay'
+    [ext_contention]='ext: contention, 100 keys'
+    [ext_mismatch]='ext: mismatch'
+    [ext_lookup]='ext: lookup'
+    [ext_in_progress]='ext: in progress'
+    [ext_two_phase]='ext: two-phase (begin; complete)'
+    [redis_middleware]='redis middleware: SET NX; business INSERT; SET'
+    [redis_new]='redis: SET NX; SET (no business write)'
+    [redis_replay]='redis: replay (GET)'
+)
+# A broken variant of each script that checks something: each must fail its
+# own checks, which proves the checks bite (with this pgbench and this
+# extension) before any number is taken.  bare_insert checks nothing.  The
+# Redis workloads' broken variants are redis_load --broken (make bench).
+declare -rA breakages=(
+    # The same key in every transaction: the second one must not claim.
+    [plain_new]='s/random([01], 4611686018427387903)/:run/'
+    [plain_new_fn]='s/random([01], 4611686018427387903)/:run/'
+    [ext_new]='s/random([01], 4611686018427387903)/:run/'
+    [ext_new_fn]='s/random([01], 4611686018427387903)/:run/'
+    [ext_new_pipeline]='s/random([01], 4611686018427387903)/:run/'
+    [ext_two_phase]='s/random([01], 4611686018427387903)/:run/'
+    [minimal_new_fn]='s/random([01], 4611686018427387903)/:run/'
+    [minimal_new]='s/random([01], 4611686018427387903)/:run/'
+    # A key that was never stored.
+    [bare_select]='s/random(1, :keys)/:keys + 1/'
+    [plain_replay]='s/random(1, :keys)/:keys + 1/'
+    [ext_replay]='s/random(1, :keys)/:keys + 1/'
+    [ext_lookup]='s/random(1, :keys)/:keys + 1/'
+    # A key that nobody claimed.
+    [ext_in_progress]='s/random(1, :pending)/:pending + 1/'
+    # The stored request instead of another one.
+    [ext_mismatch]='s/bench_other_request()/bench_request()/'
+    # One hot key, a different request each time: the second must not replay.
+    [plain_contention]='s/random(1, 100)/1/; s/bench_request_digest()/sha256(random()::text::bytea)/'
+    [ext_contention]='s/random(1, 100)/1/; s/request_hash(bench_request())/request_hash(random()::text)/'
+)
+# How a broken variant must fail: through a script's check (\gset's "expected
+# one row, got 0" or bench_fail), not, say, through a syntax error.  The
+# hand-written minimum's check is the plain table's unique constraint itself.
+readonly default_check_failure='expected one row, got 0|benchmark check failed'
+declare -rA check_failures=(
+    [minimal_new_fn]='duplicate key value violates unique constraint "idempotency_keys_plain_pkey"'
+    [minimal_new]='duplicate key value violates unique constraint "idempotency_keys_plain_pkey"'
+)
+
+# Runs the broken variant of a pgbench workload (the first argument) for three
+# transactions on one client; the rest are pgbench options (-D ...).
+run_broken_script() {
+    local workload=$1 broken=$scratch/broken/$1.sql
+    shift
+    sed "${breakages[$workload]}" "$here/$workload.sql" | as_server_user tee "$broken" >/dev/null
+    pgbench_in "$db" -c 1 -j 1 -t 3 "$@" -f "$broken"
+}
+
+# Runs the broken variant of each of the workloads (the arguments) that has
+# one, through the runner's run_broken and has_broken_variant; each must fail
+# its checks.  Counts run_id up, one per variant, and a variant that passes in
+# failures.
+prove_checks_bite() {
+    say "proving that the scripts' checks bite: a broken variant of each must fail"
+    local workload out pattern proven=0
+    as_server_user mkdir -p "$scratch/broken"
+    for workload in "$@"; do
+        has_broken_variant "$workload" || continue
+        run_id=$((run_id + 1))
+        out=$scratch/logs/broken-$run_id.out
+        pattern=${check_failures[$workload]:-$default_check_failure}
+        if run_broken "$workload" >"$out" 2>&1 || ! grep -qE "$pattern" "$out"; then
+            failures=$((failures + 1))
+            printf '\n!!! FAILED: the broken variant of %s did not fail its checks:\n' "$workload" >&2
+            sed 's/^/!!!   /' "$out" >&2
+        else
+            proven=$((proven + 1))
+        fi
+    done
+    say "$proven broken variants failed their checks, as they must"
+}
+
 # ---------------------------------------------------------------- benchmarks
 
 # Prints the first argument normally, the second in smoke mode (SMOKE=1).

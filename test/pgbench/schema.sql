@@ -27,8 +27,8 @@ CREATE TABLE idempotency_keys_plain (
 -- Keys.  Fresh keys are UUID-shaped text built from two pgbench random
 -- numbers (pgbench has no string variables, so a key that several statements
 -- of one transaction share has to be rebuilt from numbers in each).  Known
--- keys, the prepopulated ones, look random too (md5), so lookups spread over
--- the whole index as real UUIDs would.  Hot keys are the contention
+-- keys, the prepopulated ones, and pending keys look random too (md5), so
+-- lookups spread over the whole index as real UUIDs would.  Hot keys are the contention
 -- workloads' 100 keys, fresh for each run.  All three are SQL functions the
 -- planner inlines.
 CREATE FUNCTION bench_fresh_key(hi bigint, lo bigint) RETURNS text
@@ -42,6 +42,12 @@ CREATE FUNCTION bench_known_key(i integer) RETURNS text
 CREATE FUNCTION bench_hot_key(run integer, k integer) RETURNS text
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     RETURN 'hot-' || run::text || '-' || k::text;
+
+-- Keys of requests still in progress: committed claims whose lease runs
+-- (make bench-cost's ext_in_progress workload; populated by cost.sql).
+CREATE FUNCTION bench_pending_key(i integer) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN md5('pending-' || i::text)::uuid::text;
 
 -- The request every workload sends, and another one for mismatches.  As
 -- constants they are hashed once, when the prepared statement is planned, in
@@ -100,6 +106,24 @@ BEGIN
     UPDATE idempotency_keys_plain
        SET status = 'completed', response_status = 201, response_body = '{"order": "created"}'
      WHERE key = p_key;
+    RETURN 'created';
+END
+$$;
+
+-- The cheapest correct new request a user could write by hand, the floor an
+-- idempotency layer is measured against (make bench-cost): the business
+-- INSERT and one INSERT of the completed key row, in one transaction, and
+-- nothing else -- no claim row to update, no lookup first.  A key that exists
+-- fails the second INSERT with unique_violation, which rolls the business row
+-- back; the client then has to read the stored answer itself.  minimal_new.sql
+-- is the same as one SQL statement.
+CREATE FUNCTION minimal_new_request(p_key text, p_request bytea) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO orders (idem_key, item, qty) VALUES (p_key, 'book', 1);
+    INSERT INTO idempotency_keys_plain (key, request_hash, status, response_status, response_body)
+        VALUES (p_key, p_request, 'completed', 201, '{"order": "created"}');
     RETURN 'created';
 END
 $$;

@@ -35,15 +35,32 @@ is(query('SHOW idempotency.max_deferred_claims'), '2', 'the slot count is set');
 
 # -- PREPARE TRANSACTION: the claim is written before the transaction is handed
 #    over, so the prepared transaction holds a row like any other writer.
+#    lookup(latest) and a retry answer it as any claim another transaction
+#    holds, the same whether the claim was deferred (its row written at once
+#    completed by the completion) or not (its row's first version is the
+#    claim): in progress, none of the uncommitted response.
+my $held_answer = q{SELECT l.status, l.attempt, l.response_status, l.response_body,
+	    l.lease_expires_at, l.expires_at, l.completed_at, l.committed,
+	    b.outcome, b.status, b.attempt, b.lease_expires_at, b.expires_at, b.retry_after_seconds
+	  FROM idempotency_lookup('shop', '%s', latest => true) AS l, }
+  . begin_call('shop', '%s', 'POST /orders', lease => '1 minute') . ' AS b';
+for my $defer (qw(off on))
+{
+	query(qq{SET idempotency.defer_claims = $defer; BEGIN;
+		SELECT outcome FROM } . begin_call('shop', "prepared_$defer", 'POST /orders') . q{;
+		SELECT } . complete_call('shop', "prepared_$defer", 201, body => q{'{"order": 1}'})
+		  . qq{; PREPARE TRANSACTION 'p_$defer'});
+	is(query(sprintf($held_answer, ("prepared_$defer") x 2)),
+		'in_progress|1||||||f|in_progress|in_progress|1|||1',
+		"defer_claims $defer: a prepared completion is in progress to lookup(latest) and a retry");
+}
+query(q{ROLLBACK PREPARED 'p_off'});
 query(q{BEGIN;
 	SELECT outcome FROM } . begin_call('shop', 'prepared', 'POST /orders') . q{;
 	SELECT } . complete_call('shop', 'prepared', 201, body => q{'{"order": 1}'}) . q{;
 	PREPARE TRANSACTION 'p1'});
-is(begin_request($node, $db, 'shop', 'prepared', 'POST /orders')->{outcome},
-	'in_progress', 'a prepared claim is in_progress for a retry');
-is(query(q{SELECT status FROM idempotency_lookup('shop', 'prepared', latest => true)}),
-	'completed', 'lookup(latest) sees the prepared completion');
 query(q{COMMIT PREPARED 'p1'});
+query(q{ROLLBACK PREPARED 'p_on'});
 my $replay = begin_request($node, $db, 'shop', 'prepared', 'POST /orders');
 is(fields($replay, qw(outcome response_status response_body)),
 	'replay | 201 | {"order": 1}',

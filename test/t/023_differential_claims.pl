@@ -47,6 +47,13 @@ ok($passed, "every way of claiming answers alike, for $seconds s of random seque
   or diag("$stdout\n$stderr");
 like($stdout, qr/^[1-9]\d* sequences of \d+ operations .* 0 differences, 0 violations$/m,
 	'the driver ran sequences and found nothing');
+# Completions, prepared transactions and lookup(latest) did succeed: an
+# operation that always failed would compare equal in every run.
+for my $what ('complete', 'PREPARE', 'COMMIT PREPARED', 'ROLLBACK PREPARED', 'latest=True')
+{
+	my ($count) = $stdout =~ /^succeeded: .*\b\Q$what\E (\d+)/m;
+	ok(($count // 0) > 0, "the sequences ran $what successfully") or diag($stdout);
+}
 note $stdout;
 
 # The one-slot server took the fallback path, and the main one deferred.

@@ -131,11 +131,24 @@ sub definer_count
 	return scalar grep { $_->{code} =~ /\bSECURITY\s+DEFINER\b/i } script_statements($text);
 }
 
-# The install script CREATE EXTENSION runs: the control file's default version.
-sub default_install_script
+# The scripts CREATE EXTENSION runs for the control file's default version:
+# its install script, or, for a version that has none (0.4.0 while
+# unreleased), the newest one before it and the updates from there on, as
+# CREATE EXTENSION itself follows the update path.
+sub default_install_scripts
 {
 	my ($version) = slurp_file('idempotency.control') =~ /^default_version\s*=\s*'([^']+)'/m;
-	return "sql/idempotency--$version.sql";
+	return ("sql/idempotency--$version.sql") if -e "sql/idempotency--$version.sql";
+	my @updates = map { [ /--([\d.]+)--([\d.]+)\.sql$/ ] } glob 'sql/idempotency--*--*.sql';
+	my @chain;
+	for (my $to = $version; !-e "sql/idempotency--$to.sql";)
+	{
+		my ($step) = grep { $_->[1] eq $to } @updates or die "no update to $to";
+		unshift @chain, "sql/idempotency--$step->[0]--$to.sql";
+		$to = $step->[0];
+		unshift @chain, "sql/idempotency--$to.sql" if -e "sql/idempotency--$to.sql";
+	}
+	return @chain;
 }
 
 # ---------------------------------------------------------------------------
@@ -198,7 +211,7 @@ for my $script (@scripts)
 {
 	is_deeply([ lint($script, slurp_file($script)) ], [], "$script follows the script rules");
 }
-my $definers = definer_count(slurp_file(default_install_script()));
+my $definers = definer_count(join "\n", map { slurp_file($_) } default_install_scripts());
 
 # ---------------------------------------------------------------------------
 # The installed extension, as the catalog sees it
@@ -218,7 +231,7 @@ my @installed = split /\n/, $node->safe_psql(
 	 ORDER BY 1});
 is(scalar @installed, $definers,
 	'the installed extension has as many SECURITY DEFINER functions as '
-	  . default_install_script() . ' creates');
+	  . join(' and ', default_install_scripts()) . ' create');
 for my $function (@installed)
 {
 	my ($signature, $config, $access) = split / \| /, $function;

@@ -183,8 +183,10 @@ is($control_state, '22012', 'a statement failing outside the extension');
 
 error_path('IK001', qq{SELECT idempotency_complete('s', 'nobody', 200, $literal_body)},
 	'complete of an unclaimed key, the body in the statement');
+# (A timeout long enough to run out in the wait, not while the statement is
+# parsed and planned on a loaded machine: there PostgreSQL would log it.)
 error_path('57014',
-	qq{SET statement_timeout = '50ms';
+	qq{SET statement_timeout = '2s';
 	   SELECT idempotency_begin('s', 'held', request_hash('r'::text), wait => '10s', claim_data => $literal_body)},
 	'a wait cancelled by statement_timeout, the payload in the statement');
 
@@ -215,24 +217,99 @@ error_path('57014',
 	$_->quit for @sessions;
 }
 
-# DROP EXTENSION commits while a completion waits for the table: the call
-# then fails with 42P01, in another database so that the rest stays.
+# PL/pgSQL's EXECUTE of a query text with the body spelled in it (format's
+# %L): PostgreSQL adds the text to an error's CONTEXT line, and an error or
+# warning raised inside a call must get none.  (EXECUTE ... USING, which
+# doc/handlers.md shows, keeps the body out of the text in the first place.)
+sub executed
 {
-	query('CREATE DATABASE dropped');
+	my ($call) = @_;
+	return qq{DO \$\$ DECLARE body jsonb := (SELECT body FROM payload);
+		big_body jsonb := (SELECT big_body FROM payload);
+		BEGIN EXECUTE format($call); END \$\$};
+}
+error_path('IK001',
+	executed(q{'SELECT idempotency_complete(%L, %L, 200, %L::jsonb)', 's', 'nobody', body}),
+	'complete of an unclaimed key, the body in an EXECUTEd text');
+error_path('IK002',
+	executed(q{'SELECT idempotency_complete(%L, %L, 200, %L::jsonb)', 's', 'done', body}),
+	'complete of a completed key, the body in an EXECUTEd text');
+{
+	# A completion that waits for the holder of the key and runs into
+	# lock_timeout: PostgreSQL's own 55P03, raised inside the call.
+	my $holder = $node->background_psql($db);
+	$holder->query_safe('BEGIN');
+	$holder->query_safe(q{SELECT idempotency_begin('s', 'locked', request_hash('r'::text))});
+	error_path('55P03',
+		q{SET lock_timeout = '100ms'; }
+		  . executed(q{'SELECT idempotency_complete(%L, %L, 200, %L::jsonb)', 's', 'locked', body}),
+		'a completion waiting past lock_timeout, the body in an EXECUTEd text');
+	$holder->query_safe('ROLLBACK');
+	$holder->quit;
+}
+{
+	# The WARNING of a response over max_response_bytes.
+	my ($ret, $stdout, $stderr) = $node->psql($db,
+		"BEGIN; SELECT idempotency_begin('s', 'oversized', request_hash('r'::text)); "
+		  . executed(q{'SELECT idempotency_complete(%L, %L, 200, %L::jsonb)', 's', 'oversized', big_body})
+		  . '; ROLLBACK;');
+	like($stderr, qr/WARNING:  the response body of idempotency key "oversized" is not stored/,
+		'an oversized response in an EXECUTEd text: the WARNING');
+	unlike($stderr, qr/\Q$marker\E/, '... shows no body to the client');
+}
+
+# An error PostgreSQL raises in the same statement but outside any call (here
+# a division by zero) gets the statement's text as CONTEXT, which the
+# extension cannot change: with EXECUTE ... USING, as doc/handlers.md says,
+# the text holds $1, $2 ... and never the body.  The control, with format's
+# %L, shows that such a line would be caught.
+my $execute_control = "$marker-execute";
+my ($execute_control_state) = sql_error($node, $db,
+	sprintf(q{DO $$ BEGIN EXECUTE format('SELECT %%L::text, 1 / 0', %s); END $$},
+		hidden($execute_control)));
+is($execute_control_state, '22012', 'an EXECUTEd statement failing outside the extension');
+error_path('22012',
+	q{DO $$ DECLARE body jsonb := (SELECT body FROM payload);
+	  BEGIN EXECUTE 'SELECT idempotency_begin($1, $2, request_hash($3)), 1 / 0'
+	      USING 's', 'executed', body; END $$},
+	'an EXECUTEd statement with the body passed by USING, failing outside the call');
+
+# DROP EXTENSION commits while a call waits for the table: every entry
+# point fails with 42P01, its statement (with the payload) kept out of the
+# log -- all find the table through one routine, which looks it up again
+# after the lock.  In another database, so that the rest stays.  Each caller
+# has called the extension before, so that its backend knows the result row
+# types: a backend's first statement that names a function returning one
+# (begin, lookup) waits for DROP EXTENSION in PostgreSQL's parser, before any
+# code of the extension runs, and then fails there (XX000, as for any
+# composite type dropped under it).
+query('CREATE DATABASE dropped');
+my %entry_points = (
+	begin => "SELECT * FROM idempotency_begin('s', 'k', request_hash(${literal_body}::jsonb), claim_data => $literal_body)",
+	lookup => "SELECT * FROM idempotency_lookup('s', 'k $marker'::text)",
+	complete => "SELECT idempotency_complete('s', 'k', 200, $literal_body)",
+	checkpoint => "SELECT idempotency_checkpoint('s', 'k', 'step $marker')",
+	release => "SELECT idempotency_release('s', 'k $marker'::text)",
+	forget => "SELECT idempotency_forget('s', 'k $marker'::text)",
+	keys => "SELECT * FROM idempotency_keys('s $marker'::text)",
+	expire => "SELECT idempotency_expire() /* $marker */");
+for my $entry (sort keys %entry_points)
+{
 	$node->safe_psql('dropped', 'CREATE EXTENSION idempotency');
+	my $caller = $node->background_psql('dropped', on_error_stop => 0);
+	$caller->query_safe(q{SELECT * FROM idempotency_begin('s', 'warm', request_hash('r'::text), lease => '1 minute')});
+	$caller->query_safe(q{SELECT * FROM idempotency_lookup('s', 'warm')});
 	my $dropper = $node->background_psql('dropped');
 	$dropper->query_safe('BEGIN; DROP EXTENSION idempotency');
-	my $caller = $node->background_psql('dropped', on_error_stop => 0);
-	$caller->query_until(qr/waiting/, qq{\\echo waiting
-		SELECT idempotency_complete('s', 'k', 200, $literal_body);\n});
+	$caller->query_until(qr/waiting/, "\\echo waiting\n$entry_points{$entry};\n");
 	$node->poll_query_until('dropped',
-		q{SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idempotency_complete%'})
-	  or die 'the completion never waited';
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%$marker%'")
+	  or die "the $entry call never waited";
 	$dropper->query_safe('COMMIT');
-	$caller->query('SELECT 1');    # the completion has failed by now
+	$caller->query('SELECT 1');    # the call has failed by now
 	like($caller->{stderr}, qr/relation "idempotency.keys" does not exist/,
-		'a completion that waited for DROP EXTENSION: 42P01');
-	unlike($caller->{stderr}, qr/\Q$marker\E/, '... showing no body to the client');
+		"$entry, waiting for DROP EXTENSION: 42P01");
+	unlike($caller->{stderr}, qr/\Q$marker\E/, "$entry: ... showing no request data to the client");
 	$_->quit for ($dropper, $caller);
 }
 query(q{ALTER SYSTEM RESET log_statement; SELECT pg_reload_conf()});
@@ -250,6 +327,9 @@ my $log = slurp_file($node->logfile);
 like($log, qr/\Q$control\E/, 'a marker logged on purpose is found in the log');
 like($log, qr/STATEMENT:  SELECT 1 \/ 0, '\Q$statement_control\E'/,
 	'the statement of an error outside the extension is logged, marker and all');
+like($log, qr/CONTEXT:  SQL statement "SELECT '\Q$execute_control\E'::text, 1 \/ 0"/,
+	'the EXECUTEd text of an error outside the extension is logged as CONTEXT, marker and all');
+$log =~ s/\Q$execute_control\E//g;
 $log =~ s/\Q$statement_control\E//g;
 $log =~ s/\Q$control\E//g;
 my $leaks = () = $log =~ /\Q$marker\E/g;

@@ -182,17 +182,18 @@ BEGIN
     END IF;
     calls := calls + 17;
 
-    -- The named constructors, what JDBC sends (varchar) and the key check
-    -- (7 calls, 6 comparisons).
+    -- The named constructors, what JDBC sends (varchar, bpchar) and the key
+    -- check (8 calls, 7 comparisons).
     IF (request_hash_jsonb(doc) = h AND request_hash_text(('other ' || i)::text) = other
         AND request_hash(('other ' || i)::varchar) = other
+        AND request_hash(('other ' || i)::bpchar) = other
         AND request_hash_jsonb(doc::text) = h
         AND request_hash_bytea(convert_to(a, 'UTF8')) = bytes_hash
         AND request_hash_parts('POST', '/orders', a) = parts
         AND idempotency_key_problem('mem', a) IS NULL) IS NOT TRUE THEN
         RAISE EXCEPTION 'named constructors';
     END IF;
-    calls := calls + 13;
+    calls := calls + 15;
     -- An untyped literal is a constant, folded when a statement is planned:
     -- plan one every tenth iteration.
     IF i % 10 = 0 THEN

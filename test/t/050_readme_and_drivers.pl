@@ -56,9 +56,9 @@ for my $document (@documents)
 is(join("\n", @unmarked), '', 'every SQL block in the documentation is run or checked');
 
 # The middleware examples: each block marked "example: FILE" is that file,
-# which the middleware's own suite runs (test/t/052, test/t/053).
+# which the middleware's own suite runs (test/t/052, test/t/053, test/t/057, test/t/058).
 my $examples = 0;
-for my $document (@documents, 'middleware/python/README.md', 'middleware/node/README.md')
+for my $document (@documents, sort glob('middleware/*/README.md'))
 {
 	my $text = slurp_file($document);
 	while ($text =~ /<!-- example: (\S+) -->\n```\w*\n(.*?)\n```/gs)
@@ -68,7 +68,7 @@ for my $document (@documents, 'middleware/python/README.md', 'middleware/node/RE
 		ok(-f $file && slurp_file($file) eq "$code\n", "$document: the example is $file as it is");
 	}
 }
-ok($examples >= 7, 'the READMEs show the middleware examples');
+ok($examples >= 8, 'the READMEs show the middleware examples');
 my %tested_elsewhere = ('citus_handler.sql' => 'test/t/060_citus.pl');
 my @run_here = qw(intro.sql create_extension.sql setup.sql orders.sql handler.sql replay.sql
   place_order.sql grants.sql tenant_roles.sql cron.sql);

@@ -1,10 +1,11 @@
 # The SQL surface through pgjdbc with its default settings
-# (test/drivers/JdbcDefaults.java): setString's varchar taken by
-# request_hash(?) and request_hash_jsonb(?), jsonb arguments cast from it,
-# statements prepared on the server after prepareThreshold uses, replays,
-# retry_after_seconds as an int.  Needs javac and pgjdbc (Debian:
-# default-jdk-headless, libpostgresql-jdbc-java, which test/run installs);
-# skips, saying so, without.
+# (test/drivers/JdbcDefaults.java): setString's varchar and
+# setObject(..., Types.CHAR)'s bpchar taken by request_hash(?), varchar by
+# request_hash_jsonb(?), jsonb arguments cast from it, statements prepared on
+# the server after prepareThreshold uses, replays, retry_after_seconds as an
+# int.  Needs javac and pgjdbc (Debian: default-jdk-headless,
+# libpostgresql-jdbc-java, which test/run installs); skips, saying so,
+# without.
 use strict;
 use warnings;
 use FindBin;
@@ -42,7 +43,7 @@ sub run_check
 	IPC::Run::run([ 'java', '-cp', "$jar:$classes", 'JdbcDefaults', $url ], '>', \$out, '2>', \$err);
 	my @lines = split /\n/, $out;
 	my ($planned) = map { /^1\.\.(\d+)$/ ? $1 : () } @lines;
-	is($planned, 5, "$label: the JDBC check ran to its end") or diag $err;
+	is($planned, 6, "$label: the JDBC check ran to its end") or diag $err;
 	for my $line (grep { /^(not )?ok \d+ - / } @lines)
 	{
 		my ($not, $what) = $line =~ /^(not )?ok \d+ - (.*)$/;

@@ -52,6 +52,29 @@ sub run_suite
 
 run_suite('python middleware', $node->host, $node->port);
 
+# Typing: the package passes mypy --strict (pyproject.toml's [tool.mypy]), and
+# the hooks are typed with the framework's own request: in
+# tests/typing_hooks.py, the one line marked "# error" is the one mypy rejects.
+SKIP:
+{
+	skip 'mypy is not installed (Debian: mypy)', 2 unless -x '/usr/bin/mypy';
+	# One run for both: most of its time goes to reading the frameworks' types.
+	my ($out, $err) = ('', '');
+	my $ok = IPC::Run::run([ '/usr/bin/mypy', 'pg_idempotency', 'tests/typing_hooks.py' ],
+		'>', \$out, '2>', \$err, init => sub { chdir 'middleware/python' or die "chdir: $!" });
+	my @source = split /\n/, slurp_file('middleware/python/tests/typing_hooks.py');
+	my ($marked) = grep { $source[ $_ - 1 ] =~ /# error$/ } 1 .. @source;
+	my $checked = $out =~ /^Found \d+ errors? in 1 file \(checked \d+ source files\)$/m;
+	ok($checked && $out !~ m{^pg_idempotency/\S+: error}m,
+		'mypy --strict finds no error in the package')
+	  or diag("$out$err");
+	my @lines = $out =~ /^tests\/typing_hooks\.py:(\d+): error/mg;
+	ok(!$ok && $checked && @lines && !grep({ $_ != $marked } @lines)
+		  && $out =~ /no_such_attribute/,
+		'a hook that reads what the framework\'s request lacks is a type error, and only it')
+	  or diag("$out$err");
+}
+
 # Through PgBouncer in transaction mode: the middleware names no prepared
 # statement and opens a connection per request, so the drivers' defaults do.
 SKIP:

@@ -26,15 +26,7 @@ my @packages = sort glob('middleware/*/conformance/run');
 plan skip_all => 'no middleware package has a conformance/run' unless @packages;
 
 my $python = -x '/usr/bin/python3' ? '/usr/bin/python3' : 'python3';
-my $node = new_node('conformance', conf => ['max_connections = 300']);
-$node->safe_psql('postgres', 'CREATE DATABASE conformance');
-$node->safe_psql('conformance', q{
-	CREATE EXTENSION idempotency;
-	CREATE TABLE orders (id bigserial PRIMARY KEY, item text NOT NULL);
-});
-my $user = getpwuid($<);
-my %database = (PGHOST => $node->host, PGPORT => $node->port, PGDATABASE => 'conformance',
-	PGUSER => $user);
+my ($node, %database) = new_orders_database('conformance', conf => ['max_connections = 300']);
 # The same as the client's connection string.
 my %conninfo = (PGHOST => 'host', PGPORT => 'port', PGDATABASE => 'dbname', PGUSER => 'user');
 

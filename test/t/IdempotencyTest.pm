@@ -24,6 +24,7 @@ our @EXPORT = qw(
   lease_running sql_error wait_for_crash_restart wait_for_lease_end
   wait_for_promotion keys_text wait_for_sweeps reload_with indexes_checked
   start_pgbouncer citus_missing citus_without_exports start_citus_cluster citus_database
+  new_orders_database
 );
 
 # A byte-string JSON decoder: each byte of psql's output stays one character,
@@ -42,6 +43,23 @@ sub new_node
 	$node->append_conf('postgresql.conf', $_) for @{ $params{conf} // [] };
 	$node->start;
 	return $node;
+}
+
+# A node (new_node's %params) with a database $name that has the extension and
+# the table of the middleware's examples, orders (id, item), and libpq's
+# environment for it as the user running the test: ($node, PGHOST => ...,
+# PGPORT, PGDATABASE, PGUSER).
+sub new_orders_database
+{
+	my ($name, %params) = @_;
+	my $node = new_node($name, %params);
+	$node->safe_psql('postgres', "CREATE DATABASE $name");
+	$node->safe_psql($name, q{
+		CREATE EXTENSION idempotency;
+		CREATE TABLE orders (id bigserial PRIMARY KEY, item text NOT NULL);
+	});
+	return ($node, PGHOST => $node->host, PGPORT => $node->port, PGDATABASE => $name,
+		PGUSER => scalar getpwuid($<));
 }
 
 # Why the Citus tests cannot run here (the citus library is not installed),

@@ -58,3 +58,34 @@ test('PostgresStorageAdapter: setIfNotExists, get, set, and set without a claim'
   await adapter.set(fresh, '{"status":"COMPLETE"}', { ttl: 60000 });
   assert.strictEqual(await adapter.get(fresh), '{"status":"COMPLETE"}');
 });
+
+test('PostgresStorageAdapter: each operation is one statement, without a transaction of its own', async () => {
+  const calls = [];
+  const counted = { // what the adapter may use of the pool, counted
+    query: (...args) => { calls.push('query'); return pool.query(...args); },
+    connect: () => { calls.push('connect'); return pool.connect(); },
+  };
+  const adapter = new PostgresStorageAdapter(counted, { scope: 'adapter-statements' });
+  const key = randomUUID();
+  await adapter.setIfNotExists(key, '{"status":"IN_PROGRESS"}', { ttl: 60000 });
+  await adapter.set(key, '{"status":"COMPLETE"}', { ttl: 60000 }); // completes the claim
+  await adapter.set(key, '{"status":"COMPLETE","n":2}', { ttl: 60000 }); // replaces it
+  await adapter.set(randomUUID(), '{"status":"COMPLETE"}', { ttl: 60000 }); // claims and completes
+  assert.strictEqual(await adapter.get(key), '{"status":"COMPLETE","n":2}');
+  assert.deepStrictEqual(calls, ['query', 'query', 'query', 'query', 'query']);
+});
+
+test('PostgresStorageAdapter: concurrent set and get of one key never see a half-done set', async () => {
+  const adapter = new PostgresStorageAdapter(pool, { scope: 'adapter-race' });
+  for (let round = 0; round < 20; round++) {
+    const key = randomUUID();
+    assert.strictEqual(await adapter.setIfNotExists(key, '"IN_PROGRESS"', { ttl: 60000 }), true);
+    const [, seen] = await Promise.all([
+      adapter.set(key, '"COMPLETE"', { ttl: 60000 }),
+      Promise.all(Array.from({ length: 5 }, () => adapter.get(key))),
+    ]);
+    assert.ok(seen.every((value) => value === '"IN_PROGRESS"' || value === '"COMPLETE"'), seen.join());
+    assert.strictEqual(await adapter.get(key), '"COMPLETE"');
+    assert.strictEqual(await adapter.setIfNotExists(key, '"other"', { ttl: 60000 }), false);
+  }
+});

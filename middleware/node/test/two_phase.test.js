@@ -20,7 +20,7 @@ test('two-phase: checkpoint, a retry in flight is 409, then a replay', async () 
     seen.recoveryPoint = req.idempotency.recoveryPoint;
     await req.idempotency.checkpoint('charge-1'); // the external call happened
     const { rows } = await pool.query(
-      "SELECT status, recovery_point FROM idempotency_lookup('POST /payments', $1)", [req.idempotency.key]);
+      "SELECT status, recovery_point FROM idempotency_lookup('', $1)", [req.idempotency.key]);
     seen.committed = rows[0];
     seen.retry = (await post(req.idempotency.key)).status;
     res.status(201).json({ payment: 'charge-1' });

@@ -3,12 +3,12 @@ from fastapi import FastAPI, Request
 from pg_idempotency.starlette import IdempotencyMiddleware
 
 app = FastAPI()
-app.add_middleware(IdempotencyMiddleware, connect=psycopg.connect)
+app.add_middleware(IdempotencyMiddleware, connect=psycopg.AsyncConnection.connect)
 
 
 @app.post("/orders", status_code=201)
-def create_order(request: Request, order: dict):
+async def create_order(request: Request, order: dict):
     conn = request.state.idempotency.conn
-    row = conn.execute("INSERT INTO orders (item) VALUES (%s) RETURNING id",
-                       (order["item"],)).fetchone()
-    return {"order": row[0]}
+    cur = await conn.execute("INSERT INTO orders (item) VALUES (%s) RETURNING id",
+                             (order["item"],))
+    return {"order": (await cur.fetchone())[0]}

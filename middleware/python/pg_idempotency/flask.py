@@ -1,44 +1,96 @@
 """Flask: a decorator for views.
 
     @app.post("/orders")
-    @idempotent(get_connection)
+    @idempotent(psycopg.connect)
     def create_order(idem):  # idem.conn: the connection, in the claim's transaction
         ...
 """
 import functools
+from typing import Any, Callable, Iterable, Optional, TypeVar
 
+import flask
 from flask import make_response, request
 
-from .core import Options, Request, Response, handle
+from .core import Context, Hook, Options, Request, Response, ResponseTooLarge, admit, handle
+
+__all__ = ["idempotent"]
+
+View = TypeVar("View", bound=Callable[..., Any])
 
 
-def idempotent(connect, release=None, **options):
-    """`connect()` returns a psycopg (3 or 2) connection, which `release(conn)` gives back
-    after the request (default: conn.close(); pass a pool's putconn instead).  The view
-    gets a pg_idempotency.Context first: its `conn` is in the claim's transaction, which
-    the middleware commits.  `options` are pg_idempotency.Options' fields."""
-    settings = Options(**options)
+def idempotent(connect: Callable[[], Any], release: Optional[Callable[[Any], None]] = None,
+               methods: Iterable[str] = ("POST", "PATCH"), *,
+               tenant: Optional[Hook[flask.Request]] = None,
+               scope: Optional[Hook[flask.Request]] = None,
+               **options: Any) -> Callable[[View], View]:
+    """`connect()` returns a blocking psycopg 3 or psycopg2 connection, which `release(conn)`
+    gives back after the request (default: conn.close(); pass a pool's putconn instead).
+    Requests of `methods` get the view called with a pg_idempotency.Context first: its
+    `conn` is in the claim's transaction, which the middleware commits (others with None).  `tenant` and
+    `scope` receive the flask.Request; `options` are pg_idempotency.Options' fields."""
+    settings: Options[flask.Request] = Options(tenant=tenant, scope=scope, **options)
+    protected = {m.upper() for m in methods}
 
-    def decorate(view):
+    def decorate(view: View) -> View:
         @functools.wraps(view)
-        def wrapper(*args, **kwargs):
-            incoming = Request(method=request.method, route=request.url_rule.rule,
-                               path=request.path, body=request.get_data(),
-                               key=request.headers.get(settings.header),
-                               content_type=request.content_type or "")
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            native: flask.Request = request._get_current_object()  # type: ignore[attr-defined]
+            if native.method not in protected:
+                return view(None, *args, **kwargs)  # passes through, with no context
+            assert native.url_rule is not None
+            route = native.url_rule.rule
+            body = read_body(native, settings.max_body_bytes)
+            key = native.headers.get(settings.header)
+            refused, namespace = admit(settings, native, native.method, route, body, key)
+            if refused is not None:
+                return to_flask(refused)
+            assert body is not None  # else refused (413)
+            incoming = Request(method=native.method, route=route, path=native.path,
+                               query=native.query_string.decode("latin-1"), body=body,
+                               key=key, content_type=native.content_type or "")
 
-            def run(context):
+            def run(context: Context) -> Response:
                 answer = make_response(view(context, *args, **kwargs))
-                return Response(answer.status_code, list(answer.headers.items()),
-                                answer.get_data())
+                body = buffered(answer, context.max_response_bytes)
+                return Response(answer.status_code, list(answer.headers.items()), body,
+                                native=answer)
 
             conn = connect()
             try:
-                result = handle(conn, incoming, run, settings)
+                result = handle(conn, incoming, run, settings, namespace)
             finally:
                 (release or type(conn).close)(conn)
-            return result.body, result.status, list(result.headers)
+            return result.native if result.native is not None else to_flask(result)
 
-        return wrapper
+        return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+def read_body(native: flask.Request, limit: int) -> Optional[bytes]:
+    """The request's body; None when it is over `limit` bytes."""
+    if native.content_length is not None and native.content_length > limit:
+        return None
+    body = native.get_data(cache=True)  # the view reads it again, from the cache
+    return body if len(body) <= limit else None
+
+
+def buffered(answer: flask.Response, limit: Optional[int]) -> bytes:
+    """The response's body; a streamed one (a generator) is read up to `limit` bytes and
+    then answered whole, or refused with ResponseTooLarge."""
+    if not answer.is_streamed:
+        return answer.get_data()
+    chunks, size = [], 0
+    for chunk in answer.iter_encoded():
+        size += len(chunk)
+        if limit is not None and size > limit:
+            answer.close()
+            raise ResponseTooLarge()
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    answer.set_data(body)
+    return body
+
+
+def to_flask(response: Response) -> flask.Response:
+    return flask.Response(response.body, status=response.status, headers=response.headers)

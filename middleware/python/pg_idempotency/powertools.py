@@ -25,7 +25,7 @@ expires_after_seconds, counted again from the completion, as Powertools does.
 """
 import threading
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyItemAlreadyExistsError,
@@ -45,7 +45,7 @@ STORED_STATUS = 200
 
 
 class PostgresPersistenceLayer(BasePersistenceLayer):
-    def __init__(self, connect: Callable[[], object], scope: str = "powertools"):
+    def __init__(self, connect: Callable[[], Any], scope: str = "powertools"):
         """`connect` returns a new psycopg 3 or psycopg2 connection (default, non-autocommit
         mode); each thread keeps one, since Powertools' idempotent_function may run in
         several threads of one invocation."""
@@ -55,9 +55,9 @@ class PostgresPersistenceLayer(BasePersistenceLayer):
         self._local = threading.local()
         # The attempt each claim of this process holds, by idempotency key: Powertools
         # completes or deletes in the same process that saved the claim.
-        self._attempts = {}
+        self._attempts: Dict[str, int] = {}
 
-    def _call(self, sql: str, params: tuple):
+    def _call(self, sql: str, params: Tuple[Any, ...]) -> Any:
         """One statement in a transaction of its own; returns the first row."""
         conn = getattr(self._local, "conn", None)
         if conn is None or conn.closed:
@@ -76,7 +76,7 @@ class PostgresPersistenceLayer(BasePersistenceLayer):
         if record.in_progress_expiry_timestamp is None:
             return float(self.expires_after_seconds)
         # At least a millisecond: a Lambda out of time leaves a claim that ends at once.
-        return max(record.in_progress_expiry_timestamp / 1000.0 - time.time(), 0.001)
+        return max(float(record.in_progress_expiry_timestamp) / 1000.0 - time.time(), 0.001)
 
     def _put_record(self, data_record: DataRecord) -> None:
         payload_hash = data_record.payload_hash or ""
@@ -133,10 +133,10 @@ class PostgresPersistenceLayer(BasePersistenceLayer):
         self._call("SELECT idempotency_forget(%s, %s, attempt => %s::integer)",
                    (self._scope, data_record.idempotency_key, attempt))
 
-    def _get_record(self, idempotency_key) -> DataRecord:
+    def _get_record(self, idempotency_key: str) -> DataRecord:
         return self._read(idempotency_key, None)
 
-    def get_record(self, data) -> Optional[DataRecord]:
+    def get_record(self, data: Any) -> Optional[DataRecord]:
         """Powertools' read after a failed save: the stored fingerprint is compared with
         this payload's in SQL, since a fingerprint cannot be turned back into its hash."""
         idempotency_key = self._get_hashed_idempotency_key(data=data)

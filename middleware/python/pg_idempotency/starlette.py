@@ -1,98 +1,172 @@
 """Starlette and FastAPI: an ASGI middleware.
 
-    app.add_middleware(IdempotencyMiddleware, connect=get_connection)
+    app.add_middleware(IdempotencyMiddleware, connect=psycopg.AsyncConnection.connect)
 
     @app.post("/orders")
-    def create_order(request: Request):      # a sync endpoint: FastAPI runs it in a thread
+    async def create_order(request: Request):
         idem = request.state.idempotency     # idem.conn: in the claim's transaction
         ...
 
-Requests of `methods` (default POST and PATCH) go through pg_idempotency.core in a worker
-thread, with a psycopg (3 or 2) connection from `connect()`, given back with
-`release(conn)` (default: conn.close()).  The rest of the application runs on the event
-loop as usual; an async endpoint that uses the connection blocks the loop while it does.
+Requests of `methods` (default POST and PATCH) to a route of the application go through
+pg_idempotency.aio on the event loop: `connect()` returns psycopg 3's AsyncConnection
+(or an awaitable of one: the endpoints then await it) or a blocking psycopg 3 or psycopg2
+connection (each statement then runs in a worker thread, and so should the endpoints that
+use it: FastAPI runs `def` endpoints in one).  `release(conn)` gives it back (default:
+conn.close()).  Waiting for a duplicate in flight holds no thread either way.
 """
+import inspect
+from typing import Any, Awaitable, Callable, Iterable, List, Optional, Tuple, Union
+
 import anyio
-import anyio.from_thread
 import anyio.to_thread
 from starlette.datastructures import Headers
-from starlette.routing import Match
+from starlette.requests import ClientDisconnect, Request as StarletteRequest
+from starlette.routing import Match, Mount
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .core import Options, Request, Response, handle
+from .aio import handle_async
+from .core import (Context, Hook, Options, Request, Response, ResponseTooLarge, admit,
+                   options_of_route, route_options)
+
+__all__ = ["IdempotencyMiddleware", "StarletteRequest", "route_options"]
+
+# What connect() may return: a connection, or an awaitable of one.
+Connect = Callable[[], Any]
 
 
-def route_pattern(scope) -> str:
-    """The pattern of the route the request will reach ("/orders/{id}"), which names the
-    scope; the path itself when no route matches (a 404 is not stored)."""
-    for route in getattr(scope.get("app"), "routes", []):
-        match, _ = route.matches(scope)
-        if match == Match.FULL:
-            return getattr(route, "path", scope["path"])
-    return scope["path"]
+def matched_route(routes: Iterable[Any], scope: Scope, prefix: str = "") -> Optional[Tuple[str, Any]]:
+    """The pattern ("/orders/{id}") and the route the request will reach, through mounts;
+    None when no route takes it (its 404 or 405 is not the middleware's)."""
+    for route in routes:
+        match, child = route.matches(scope)
+        if match != Match.FULL:
+            continue
+        if isinstance(route, Mount):
+            return matched_route(route.routes, {**scope, **child}, prefix + route.path)
+        return prefix + route.path, route
+    return None
+
+
+async def call(function: Callable[..., Any], *args: Any) -> Any:
+    """Calls connect or release: awaited when it is asynchronous, else in a worker thread
+    (a blocking connect must not stall the event loop)."""
+    if inspect.iscoroutinefunction(function):
+        return await function(*args)
+    result = await anyio.to_thread.run_sync(function, *args)
+    return await result if inspect.isawaitable(result) else result
+
+
+async def close(conn: Any) -> None:
+    await call(conn.close)
 
 
 class IdempotencyMiddleware:
-    def __init__(self, app, connect, release=None, methods=("POST", "PATCH"), **options):
+    def __init__(self, app: ASGIApp, connect: Connect,
+                 release: Optional[Callable[[Any], Union[None, Awaitable[None]]]] = None,
+                 methods: Iterable[str] = ("POST", "PATCH"), *,
+                 tenant: Optional[Hook[StarletteRequest]] = None,
+                 scope: Optional[Hook[StarletteRequest]] = None, **options: Any):
+        """`options` are pg_idempotency.Options' fields; `tenant` and `scope` receive
+        starlette.requests.Request (FastAPI's Request); plain functions, they run on the
+        event loop and must not block."""
         self.app = app
         self.connect = connect
-        self.release = release
+        self.release = release or close
         self.methods = {m.upper() for m in methods}
-        self.options = Options(**options)
+        self.options: Options[StarletteRequest] = Options(tenant=tenant, scope=scope, **options)
 
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["method"] not in self.methods:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        found = None
+        if scope["type"] == "http" and scope["method"] in self.methods:
+            found = matched_route(getattr(scope.get("app"), "routes", []), scope)
+        if found is None:
             await self.app(scope, receive, send)
             return
-        body = await read_body(receive)
-        headers = Headers(scope=scope)
-        incoming = Request(method=scope["method"], route=route_pattern(scope),
-                           path=scope["path"], body=body,
-                           key=headers.get(self.options.header),
-                           content_type=headers.get("content-type", ""))
-        incoming.raw = scope
-        result = await anyio.to_thread.run_sync(self.handle_in_thread, scope, incoming)
-        await send({"type": "http.response.start", "status": result.status,
-                    "headers": [(n.lower().encode(), v.encode()) for n, v in result.headers]})
-        await send({"type": "http.response.body", "body": result.body})
+        pattern, route = found
+        options = options_of_route(self.options, getattr(route, "endpoint", None))
+        body = await read_body(receive, options.max_body_bytes)
+        key = Headers(scope=scope).get(options.header)
+        native = StarletteRequest(scope, replay(body or b""))
+        refused, namespace = admit(options, native, scope["method"], pattern, body, key)
+        if refused is not None:
+            await respond(send, refused)
+            return
+        assert body is not None  # else refused (413)
+        read: bytes = body  # for run(): mypy does not carry the assert into it
+        incoming = Request(method=scope["method"], route=pattern, path=scope["path"],
+                           query=scope.get("query_string", b"").decode("latin-1"), body=body,
+                           key=key, content_type=native.headers.get("content-type", ""))
 
-    def handle_in_thread(self, scope, incoming: Request) -> Response:
-        def run(context):
+        async def run(context: Context) -> Response:
             scope.setdefault("state", {})["idempotency"] = context
-            return anyio.from_thread.run(self.run_app, scope, incoming.body)
+            return await self.run_app(scope, read, context.max_response_bytes)
 
-        conn = self.connect()
+        conn = await call(self.connect)
         try:
-            return handle(conn, incoming, run, self.options)
+            result = await handle_async(conn, incoming, run, options, namespace)
         finally:
-            (self.release or type(conn).close)(conn)
+            await call(self.release, conn)
+        await respond(send, result)
 
-    async def run_app(self, scope, body: bytes) -> Response:
-        """Runs the application on the request, collecting its response."""
-        sent = False
-        response = {"status": 500, "headers": [], "body": b""}
+    async def run_app(self, scope: Scope, body: bytes, limit: Optional[int]) -> Response:
+        """Runs the application on the request, collecting its response -- a streamed one
+        too, up to `limit` bytes, past which ResponseTooLarge stops it."""
+        status, headers, chunks = 500, [], []
+        size = 0
 
-        async def receive():
-            nonlocal sent
-            if sent:
-                await anyio.sleep_forever()  # no disconnect while the handler runs
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        async def send(message):
+        async def send(message: Message) -> None:
+            nonlocal status, headers, size
             if message["type"] == "http.response.start":
-                response["status"] = message["status"]
-                response["headers"] = [(n.decode(), v.decode()) for n, v in message["headers"]]
+                status = message["status"]
+                headers = [(n.decode("latin-1"), v.decode("latin-1"))
+                           for n, v in message.get("headers", [])]
             elif message["type"] == "http.response.body":
-                response["body"] += message.get("body", b"")
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if limit is not None and size > limit:
+                    raise ResponseTooLarge()
+                chunks.append(chunk)
 
-        await self.app(scope, receive, send)
-        return Response(response["status"], response["headers"], response["body"])
+        await self.app(scope, replay(body), send)
+        return Response(status, headers, b"".join(chunks))
 
 
-async def read_body(receive) -> bytes:
-    body = b""
+def replay(body: bytes) -> Receive:
+    """The receive channel of a request whose body was read: the body, then nothing (no
+    disconnect while the handler runs)."""
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            await anyio.sleep_forever()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
+async def read_body(receive: Receive, limit: int) -> Optional[bytes]:
+    """The request's body; None once it is over `limit` bytes (the rest is not read)."""
+    chunks: List[bytes] = []
+    size = 0
     while True:
         message = await receive()
-        body += message.get("body", b"")
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()  # the client is gone: nothing to claim or answer
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
         if not message.get("more_body"):
-            return body
+            return b"".join(chunks)
+
+
+async def respond(send: Send, response: Response) -> None:
+    """Sends an answer whole, with its exact Content-Length (a replay's too)."""
+    headers = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in response.headers
+               if n.lower() not in ("content-length", "transfer-encoding")]
+    headers.append((b"content-length", str(len(response.body)).encode()))
+    await send({"type": "http.response.start", "status": response.status, "headers": headers})
+    await send({"type": "http.response.body", "body": response.body})

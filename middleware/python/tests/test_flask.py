@@ -2,40 +2,43 @@
 import threading
 import unittest
 
+import flask
 from flask import Flask, request
 
 from pg_idempotency.flask import idempotent
-from support import DRIVERS, Checks, key_status, new_key, order_count, reset_orders
+from pg_idempotency.core import execute
+from support import (DRIVERS, Checks, hold_claim, key_status, new_key, order_count, pieces,
+                     place_order, reset_orders, tenant)
 
 
 def orders_app(connect, **options):
     app = Flask(__name__)
 
     @app.post("/orders")
-    @idempotent(connect, **options)
+    @idempotent(connect, tenant=tenant, **options)
     def create_order(idem):
-        item = request.get_json()["item"]
-        cur = idem.conn.cursor()
-        cur.execute("INSERT INTO orders (item) VALUES (%s) RETURNING id", (item,))
-        (order_id,) = cur.fetchone()
-        if item == "boom":
+        data = request.get_json()
+        order_id, body = place_order(idem.conn.cursor(), data)
+        if data["item"] == "boom":
             raise RuntimeError("the handler failed")
-        if item == "fail":
+        if data["item"] == "fail":
             return {"error": "upstream down"}, 503
-        return {"order": order_id}, 201, {"Location": f"/orders/{order_id}"}
+        headers = {"Location": f"/orders/{order_id}", "Content-Type": "application/json"}
+        return flask.Response(pieces(body) if data.get("stream") else body, 201, headers)
 
     return app
 
 
 class FlaskChecks(Checks):
     driver = None
+    native_type = flask.Request
 
     def setUp(self):
         super().setUp()
         self.app = orders_app(DRIVERS[self.driver])
 
-    def post(self, key, body, app=None):
-        headers = {"Content-Type": "application/json"}
+    def post(self, key, body, headers=None, app=None):
+        headers = {"Content-Type": "application/json", **(headers or {})}
         if key is not None:
             headers["Idempotency-Key"] = key
         answer = (app or self.app).test_client().post("/orders", data=body, headers=headers)
@@ -69,17 +72,15 @@ class FlaskOptions(unittest.TestCase):
         self.assertEqual(order_count("free"), 1)
 
     def test_wait_answers_the_holders_response(self):
-        from pg_idempotency.core import Options, Request, begin, complete, Response
         key = new_key()
-        holder = DRIVERS["psycopg"]()
-        held = Request("POST", "", "/orders", b'{"item": "book"}', key, "application/json")
-        self.assertEqual(begin(holder, "POST /orders", held, Options(), None)[0], "claimed")
+        holder = hold_claim("public", "POST", "/orders", "/orders", key, b'{"item": "book"}')
         app = orders_app(DRIVERS["psycopg"], wait=300)
         answers = []
         waiter = threading.Thread(target=lambda: answers.append(self.post(app, key, b'{"item": "book"}')))
         waiter.start()
         # The waiter answers once the holder commits, whenever it arrived.
-        complete(holder, "POST /orders", key, Response(201, [], b'{"held": true}'), Options())
+        execute(holder, "SELECT idempotency_complete('public', %s, 201, response_body_bytes => %s)",
+                (key, b'{"held": true}'))
         holder.commit()
         holder.close()
         waiter.join()
@@ -109,7 +110,7 @@ class FlaskOptions(unittest.TestCase):
             "Content-Type": "application/json", "Idempotency-Key": key})
         self.assertEqual(first.status_code, 201)
         self.assertEqual((seen["attempt"], seen["recovery_point"], seen["retry"]), (1, None, 409))
-        self.assertEqual(key_status("POST /payments", key), "completed")
+        self.assertEqual(key_status("", key), "completed")
         replay = app.test_client().post("/payments", data=b"{}", headers={
             "Content-Type": "application/json", "Idempotency-Key": key})
         self.assertEqual((replay.status_code, replay.data), (201, first.data))

@@ -1,61 +1,89 @@
 """pg_idempotency.starlette on FastAPI and on plain Starlette, through their test clients."""
+import asyncio
 import json
 import unittest
 
+import psycopg
+
 from fastapi import FastAPI, Request as FastAPIRequest
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import Request as StarletteRequest
 from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from pg_idempotency.starlette import IdempotencyMiddleware
-from support import DRIVERS, Checks
+from support import DRIVERS, Checks, pieces, place_order, tenant
 
 
-def create_order(request_state, item):
-    cur = request_state.idempotency.conn.cursor()
-    cur.execute("INSERT INTO orders (item) VALUES (%s) RETURNING id", (item,))
-    (order_id,) = cur.fetchone()
-    if item == "boom":
+def answer(data, order_id, body):
+    if data["item"] == "boom":
         raise RuntimeError("the endpoint failed")
-    if item == "fail":
+    if data["item"] == "fail":
         return JSONResponse({"error": "upstream down"}, status_code=503)
-    return JSONResponse({"order": order_id}, status_code=201,
-                        headers={"Location": f"/orders/{order_id}"})
+    headers = {"Location": f"/orders/{order_id}"}
+    if data.get("stream"):
+        return StreamingResponse(pieces(body), 201, headers, media_type="application/json")
+    return Response(body, 201, headers, media_type="application/json")
 
 
 def fastapi_app(connect):
+    """Blocking connections: a `def` endpoint, which FastAPI runs in a thread."""
     app = FastAPI()
-    app.add_middleware(IdempotencyMiddleware, connect=connect)
+    app.add_middleware(IdempotencyMiddleware, connect=connect, tenant=tenant)
 
     @app.post("/orders")
-    def orders(request: FastAPIRequest, body: dict):
-        return create_order(request.state, body["item"])
+    def orders(request: FastAPIRequest, data: dict):
+        return answer(data, *place_order(request.state.idempotency.conn.cursor(), data))
+
+    return app
+
+
+def fastapi_async_app(connect):
+    """psycopg 3's AsyncConnection and an async endpoint."""
+    app = FastAPI()
+    app.add_middleware(IdempotencyMiddleware, connect=psycopg.AsyncConnection.connect,
+                       tenant=tenant)
+
+    @app.post("/orders")
+    async def orders(request: FastAPIRequest):
+        data = await request.json()
+        conn = request.state.idempotency.conn
+        if data.get("limit"):
+            await conn.execute("SELECT set_config('idempotency.max_response_bytes', %s, true)",
+                               (str(data["limit"]),))
+        cur = await conn.execute("INSERT INTO orders (item) VALUES (%s) RETURNING id",
+                                 (data["item"],))
+        (order_id,) = await cur.fetchone()
+        await asyncio.sleep(0)  # a failure after an await
+        document = {"order": order_id, "pad": "x" * data.get("size", 0)}
+        return answer(data, order_id, json.dumps(document).encode())
 
     return app
 
 
 def starlette_app(connect):
     async def orders(request):
-        item = json.loads(await request.body())["item"]
-        return create_order(request.state, item)
+        data = json.loads(await request.body())
+        return answer(data, *place_order(request.state.idempotency.conn.cursor(), data))
 
     app = Starlette(routes=[Route("/orders", orders, methods=["POST"])])
-    app.add_middleware(IdempotencyMiddleware, connect=connect)
+    app.add_middleware(IdempotencyMiddleware, connect=connect, tenant=tenant)
     return app
 
 
 class StarletteChecks(Checks):
     make_app = None
     driver = "psycopg"
+    native_type = StarletteRequest
 
     def setUp(self):
         super().setUp()
         self.client = TestClient(type(self).make_app(DRIVERS[self.driver]),
                                  raise_server_exceptions=False)
 
-    def post(self, key, body):
-        headers = {"Content-Type": "application/json"}
+    def post(self, key, body, headers=None):
+        headers = {"Content-Type": "application/json", **(headers or {})}
         if key is not None:
             headers["Idempotency-Key"] = key
         answer = self.client.post("/orders", content=body, headers=headers)
@@ -72,6 +100,10 @@ class FastAPIPsycopg(StarletteChecks, unittest.TestCase):
 class FastAPIPsycopg2(StarletteChecks, unittest.TestCase):
     make_app = fastapi_app
     driver = "psycopg2"
+
+
+class FastAPIAsyncConnection(StarletteChecks, unittest.TestCase):
+    make_app = fastapi_async_app
 
 
 class StarlettePsycopg(StarletteChecks, unittest.TestCase):

@@ -1,0 +1,443 @@
+// Package idempotency is net/http middleware for Idempotency-Key over the idempotency
+// PostgreSQL extension, through database/sql with any driver (lib/pq, pgx's stdlib, ...).
+//
+// The extension's SQL functions do the work (claim, arbitration, storage, replay); this
+// package turns a request into their arguments and their answers into HTTP responses:
+//
+//	claimed      the handler runs in the claim's transaction, idempotency.Tx(r.Context());
+//	             its response is stored with its writes, committed, then sent
+//	replay       the stored status, headers and body byte for byte, Idempotent-Replayed: true
+//	in_progress  409 with Retry-After (or, with Options.Wait, the first one's answer)
+//	mismatch     422
+//	no key       400, or with Options.KeyOptional the handler runs unprotected
+//
+// Middleware returns a func(http.Handler) http.Handler, so it fits the standard ServeMux,
+// chi and gorilla/mux as they are. middleware/README.md in the repository is the behaviour
+// every package of the project shares; this package's README gives the Go specifics.
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"mime"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Options configure Middleware. The zero value gives the defaults every package of the
+// project shares.
+type Options struct {
+	// Header is the request header that carries the key. Default "Idempotency-Key".
+	Header string
+	// KeyOptional runs a request without the header unprotected: in a transaction, with
+	// nothing stored. By default such a request is answered 400.
+	KeyOptional bool
+	// StoredHeaders are the response headers stored with the response and replayed.
+	// Default Content-Type and Location.
+	StoredHeaders []string
+	// StoreServerErrors stores responses with status 500 or more. By default they are not
+	// stored: the transaction rolls back, so a retry runs the handler again.
+	StoreServerErrors bool
+	// Wait is how long a duplicate waits for the request in flight with its key (then
+	// answering with its response) instead of answering 409 at once. Default 0: the
+	// server's idempotency.default_wait, 0 unless the DBA changed it.
+	Wait time.Duration
+	// TTL is how long a completed key replays. Default 0: the server's
+	// idempotency.default_ttl (1 day).
+	TTL time.Duration
+	// Tenant returns the request's tenant, the namespace of its keys (the scope). An error
+	// answers 500 and runs nothing. Default: no tenant, the empty string.
+	Tenant func(*http.Request) (string, error)
+	// ScopePerRoute scopes keys per route as well: the scope is then
+	// "<tenant> <METHOD> <route>" ("<METHOD> <route>" without a Tenant hook), for APIs whose
+	// clients reuse keys across routes on purpose. By default the same key sent to another
+	// route is another request (422).
+	ScopePerRoute bool
+	// Scope returns the whole scope, replacing Tenant and ScopePerRoute. On Citus, return
+	// the tenant column's value (doc/citus.md). An error answers 500 and runs nothing.
+	Scope func(*http.Request) (string, error)
+	// Route names the route a request was routed to, a part of its fingerprint (and of
+	// its scope with ScopePerRoute). Default: the ServeMux pattern that matched it, less
+	// its method (Go 1.23 and later, where http.Request has Pattern), else the path. With
+	// chi: chi.RouteContext(r.Context()).RoutePattern(); with gorilla/mux:
+	// mux.CurrentRoute(r).GetPathTemplate().
+	Route func(*http.Request) string
+	// Methods are the methods protected; requests of others pass through untouched.
+	// Default POST and PATCH.
+	Methods []string
+	// MaxRequestBytes is the largest request body read; a larger one is answered 413
+	// before anything runs. Default 1 MiB.
+	MaxRequestBytes int64
+	// Lease turns on two-phase mode, for handlers that call other systems: the claim
+	// commits at once with this lease; the handler may checkpoint (Claim.Checkpoint),
+	// which commits; its response is stored in a transaction of its own, fenced by the
+	// attempt, and a handler whose lease ended and was taken over gets 409.
+	Lease time.Duration
+	// ErrorLog receives what is answered 500 for a reason the client cannot see: a
+	// database error, a failing hook, a handler's panic. Default: the log package's
+	// standard logger.
+	ErrorLog *log.Logger
+}
+
+const defaultMaxRequestBytes = 1 << 20
+
+func (o Options) withDefaults() Options {
+	if o.Header == "" {
+		o.Header = "Idempotency-Key"
+	}
+	if o.StoredHeaders == nil {
+		o.StoredHeaders = []string{"Content-Type", "Location"}
+	}
+	if o.Route == nil {
+		o.Route = defaultRoute
+	}
+	if o.Methods == nil {
+		o.Methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	if o.MaxRequestBytes <= 0 {
+		o.MaxRequestBytes = defaultMaxRequestBytes
+	}
+	if o.ErrorLog == nil {
+		o.ErrorLog = log.Default()
+	}
+	return o
+}
+
+// defaultRoute is the ServeMux pattern without its method where the Go release records
+// it (muxPattern), else the path as sent.
+func defaultRoute(r *http.Request) string {
+	if pattern := muxPattern(r); pattern != "" {
+		if space := strings.IndexAny(pattern, " \t"); space >= 0 {
+			return strings.TrimLeft(pattern[space:], " \t")
+		}
+		return pattern
+	}
+	return r.URL.EscapedPath()
+}
+
+// Middleware returns middleware that makes the requests of options.Methods that it wraps
+// idempotent, with the keys stored through db in the extension's table.
+func Middleware(db *sql.DB, options Options) func(http.Handler) http.Handler {
+	o := options.withDefaults()
+	return func(next http.Handler) http.Handler {
+		return &middleware{db: db, options: o, next: next}
+	}
+}
+
+type middleware struct {
+	db      *sql.DB
+	options Options
+	next    http.Handler
+}
+
+func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	for _, method := range m.options.Methods {
+		if r.Method == method {
+			m.answer(r).send(w)
+			return
+		}
+	}
+	m.next.ServeHTTP(w, r)
+}
+
+// answer is the whole course of a protected request, up to what to send.
+func (m *middleware) answer(r *http.Request) *response {
+	body, refused := m.readBody(r)
+	if refused != nil {
+		return refused
+	}
+	keys := r.Header.Values(m.options.Header)
+	if len(keys) == 0 {
+		if !m.options.KeyOptional {
+			return problem(http.StatusBadRequest, fmt.Sprintf("The %s header is required", m.options.Header), "", 0)
+		}
+		return m.unprotected(r)
+	}
+	scope, err := m.scope(r)
+	if err != nil {
+		m.options.ErrorLog.Printf("idempotency: the tenant or scope hook failed: %v", err)
+		return problem(http.StatusInternalServerError, "The tenant or scope hook failed", "", 0)
+	}
+	lease := m.options.Lease
+	var session session = m.db
+	if lease > 0 {
+		conn, err := m.db.Conn(r.Context())
+		if err != nil {
+			return m.failure(r, err)
+		}
+		defer conn.Close()
+		session = conn
+	}
+	tx, err := session.BeginTx(r.Context(), nil)
+	if err != nil {
+		return m.failure(r, err)
+	}
+	begun, err := begin(r.Context(), tx, scope, keys[0], m.fingerprint(r, body), m.options, lease)
+	if err != nil {
+		tx.Rollback()
+		return m.failure(r, err)
+	}
+	if begun.outcome != "claimed" {
+		tx.Rollback() // a replay or a refusal wrote nothing
+		return m.unclaimed(begun)
+	}
+	c := &Claim{session: session, ctx: r.Context(), tx: tx, scope: scope, key: keys[0], attempt: begun.attempt,
+		recoveryPoint: begun.recoveryPoint, lease: lease}
+	if lease > 0 {
+		// Two-phase: the claim commits at once; the handler writes in a new transaction.
+		if err := tx.Commit(); err != nil {
+			return m.failure(r, err)
+		}
+		if c.tx, err = session.BeginTx(r.Context(), nil); err != nil {
+			c.abandon(m.options.ErrorLog)
+			return m.failure(r, err)
+		}
+	}
+	return m.run(r, c, begun.maxResponseBytes)
+}
+
+// readBody reads the request body for the fingerprint and puts it back for the handler:
+// nil, or the answer instead: 413 when it is over the limit, 500 when something before
+// the middleware has read it already.
+func (m *middleware) readBody(r *http.Request) ([]byte, *response) {
+	limit := m.options.MaxRequestBytes
+	tooLarge := problem(http.StatusRequestEntityTooLarge, "The request body is too large",
+		fmt.Sprintf("The request body is over %d bytes, the limit of this endpoint.", limit), 0)
+	if r.ContentLength > limit {
+		return nil, tooLarge
+	}
+	var body []byte
+	if r.Body != nil {
+		var err error
+		body, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
+		var over *http.MaxBytesError // an http.MaxBytesReader's, placed before
+		switch {
+		case errors.As(err, &over) || int64(len(body)) > limit:
+			return nil, tooLarge
+		case err != nil:
+			return nil, problem(http.StatusBadRequest, "The request body could not be read", "", 0)
+		}
+	}
+	// net/http fails a body shorter than its Content-Length: a shorter one was read.
+	if r.ContentLength > 0 && int64(len(body)) != r.ContentLength {
+		const fix = "The request body was read before the idempotency middleware: " +
+			"place the middleware before whatever reads the body."
+		m.options.ErrorLog.Print("idempotency: ", fix)
+		return nil, problem(http.StatusInternalServerError, "Internal Server Error", fix, 0)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return body, nil
+}
+
+// scope is the request's namespace of keys: the Scope hook's, or the tenant's (with the
+// route's method and name when ScopePerRoute). A hook's panic is its error.
+func (m *middleware) scope(r *http.Request) (scope string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	if m.options.Scope != nil {
+		return m.options.Scope(r)
+	}
+	tenant := ""
+	if m.options.Tenant != nil {
+		if tenant, err = m.options.Tenant(r); err != nil {
+			return "", err
+		}
+	}
+	if m.options.ScopePerRoute {
+		perRoute := r.Method + " " + m.options.Route(r)
+		if m.options.Tenant != nil {
+			perRoute = tenant + " " + perRoute
+		}
+		return perRoute, nil
+	}
+	return tenant, nil
+}
+
+// fingerprint is the parts of request_hash_parts(method, route, path, query string, body)
+// that every package of the project computes alike, so that one request has one
+// fingerprint whichever package serves it: a JSON body by its value (key order and
+// spacing do not matter), any other body by its bytes.
+func (m *middleware) fingerprint(r *http.Request, body []byte) fingerprint {
+	return fingerprint{method: r.Method, route: m.options.Route(r), path: r.URL.EscapedPath(),
+		query: r.URL.RawQuery, body: body, json: isJSON(r.Header.Get("Content-Type"), body)}
+}
+
+// isJSON: a JSON media type (application/json, application/...+json) and a body that
+// jsonb reads as the same document as every other package does, else it is hashed by its
+// bytes rather than fail the request.
+func isJSON(contentType string, body []byte) bool {
+	mediaType, _, err := mime.ParseMediaType(contentType)
+	if err != nil || !(mediaType == "application/json" ||
+		strings.HasPrefix(mediaType, "application/") && strings.HasSuffix(mediaType, "+json")) {
+		return false
+	}
+	// The server parses it as text in the database encoding: UTF-8 only.
+	return utf8.Valid(body) && json.Valid(body) && jsonbEscapes(body)
+}
+
+// jsonbEscapes: no \u escape of valid JSON that jsonb refuses (\u0000, a surrogate
+// outside a pair), which encoding/json accepts.
+func jsonbEscapes(document []byte) bool {
+	code := func(at int) int { // the \uXXXX at document[at:], or -1
+		if at+6 > len(document) || document[at] != '\\' || document[at+1] != 'u' {
+			return -1
+		}
+		n, err := strconv.ParseUint(string(document[at+2:at+6]), 16, 16)
+		if err != nil {
+			return -1
+		}
+		return int(n)
+	}
+	for at := 0; at < len(document); at++ {
+		if document[at] != '\\' {
+			continue
+		}
+		c := code(at)
+		switch {
+		case c < 0: // another escape: \" \\ \n ...
+			at++
+		case c == 0 || utf16.IsSurrogate(rune(c)) && c >= 0xDC00: // \u0000, a low surrogate alone
+			return false
+		case utf16.IsSurrogate(rune(c)): // a high surrogate: a low one must follow
+			if low := code(at + 6); low < 0xDC00 || low > 0xDFFF {
+				return false
+			}
+			at += 11
+		default:
+			at += 5
+		}
+	}
+	return true
+}
+
+// unclaimed answers a request whose key is not this request's to run.
+func (m *middleware) unclaimed(b *begun) *response {
+	switch b.outcome {
+	case "replay":
+		if b.bodyOmitted {
+			return problem(http.StatusInternalServerError, "The stored response of this Idempotency-Key has no body",
+				"It was over idempotency.max_response_bytes and was stored without its body: "+
+					"a replay would not be the first answer.", 0)
+		}
+		return replay(b.status, b.headers, b.body)
+	case "in_progress":
+		return problem(http.StatusConflict, "A request with this Idempotency-Key is in progress", "", b.retryAfter)
+	default:
+		return problem(http.StatusUnprocessableEntity, "The Idempotency-Key was used for a different request", "", 0)
+	}
+}
+
+// run runs the handler in the claim's transaction and stores its response, or gives the
+// claim up when it fails or answers a server error. maxResponseBytes -1: no limit.
+func (m *middleware) run(r *http.Request, c *Claim, maxResponseBytes int64) *response {
+	w := newRecorder(maxResponseBytes)
+	if panicked, value := m.serve(w, r.WithContext(context.WithValue(r.Context(), claimKey{}, c))); panicked {
+		c.abandon(m.options.ErrorLog)
+		return m.panicked(value)
+	}
+	answer := w.result()
+	switch {
+	case w.overflow:
+		c.abandon(m.options.ErrorLog)
+		return m.responseTooLarge(maxResponseBytes)
+	case answer.status >= http.StatusInternalServerError && !m.options.StoreServerErrors:
+		c.abandon(m.options.ErrorLog)
+		return answer
+	}
+	if err := c.complete(answer, m.options); err != nil {
+		c.abandon(m.options.ErrorLog)
+		if sqlstate(err) == "54000" {
+			return m.responseTooLarge(maxResponseBytes)
+		}
+		return m.failure(r, err)
+	}
+	return answer
+}
+
+// unprotected runs a request without a key (KeyOptional) in a transaction of its own, as
+// a claimed one, with nothing stored.
+func (m *middleware) unprotected(r *http.Request) *response {
+	tx, err := m.db.BeginTx(r.Context(), nil)
+	if err != nil {
+		return m.failure(r, err)
+	}
+	return m.run(r, &Claim{session: m.db, ctx: r.Context(), tx: tx}, -1)
+}
+
+// serve runs the handler and recovers its panic, which is answered 500 once the work is
+// rolled back, as chi's Recoverer does; http.ErrAbortHandler is panicked again after
+// that, so that the server aborts the response as net/http defines.
+func (m *middleware) serve(w *recorder, r *http.Request) (panicked bool, value interface{}) {
+	defer func() {
+		if value = recover(); value != nil {
+			panicked = true
+			if value != http.ErrAbortHandler {
+				m.options.ErrorLog.Printf("idempotency: panic in the handler, its work rolled back: %v\n%s",
+					value, debug.Stack())
+			}
+		}
+	}()
+	m.next.ServeHTTP(w, r)
+	return false, nil
+}
+
+func (m *middleware) panicked(value interface{}) *response {
+	if value == http.ErrAbortHandler {
+		panic(value)
+	}
+	return problem(http.StatusInternalServerError, "Internal Server Error", "", 0)
+}
+
+func (m *middleware) responseTooLarge(limit int64) *response {
+	setting := "idempotency.max_response_bytes"
+	if limit >= 0 {
+		setting += fmt.Sprintf(" (%d bytes)", limit)
+	}
+	m.options.ErrorLog.Printf("idempotency: a response over %s was not stored, and its work was rolled back", setting)
+	return problem(http.StatusInternalServerError, "The response is over idempotency.max_response_bytes",
+		fmt.Sprintf("The response is over %s, the largest the database stores: it was not sent, "+
+			"its work was rolled back, and nothing was stored.", setting), 0)
+}
+
+// sqlstateAnswer is how a SQLSTATE of sqlstateAnswers (errcodes.go) is answered.
+type sqlstateAnswer struct {
+	status     int
+	title      string
+	retryAfter int // seconds; 0: no Retry-After
+}
+
+// failure answers a database error: by the SQLSTATE map (src/errcodes.txt) when a retry
+// or the client can resolve it, else 500, logged unless the client has gone.
+func (m *middleware) failure(r *http.Request, err error) *response {
+	if a, ok := sqlstateAnswers[sqlstate(err)]; ok {
+		return problem(a.status, a.title, "", a.retryAfter)
+	}
+	if r.Context().Err() == nil {
+		m.options.ErrorLog.Printf("idempotency: a database call failed: %v", err)
+	}
+	return problem(http.StatusInternalServerError, "Internal Server Error", "", 0)
+}
+
+// sqlstate is the SQLSTATE of a driver's error: lib/pq's *pq.Error and pgx's
+// *pgconn.PgError both have the method SQLState.
+func sqlstate(err error) string {
+	var coded interface{ SQLState() string }
+	if errors.As(err, &coded) {
+		return coded.SQLState()
+	}
+	return ""
+}

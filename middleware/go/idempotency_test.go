@@ -1,0 +1,301 @@
+package idempotency
+
+// What the middleware decides before it reaches the database, and the response it holds:
+// no server needed. The course through the database, with lib/pq and pgx, is in
+// integration/ (test/t/057_go_middleware.pl runs both).
+
+import (
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// untouched is a middleware whose database is never reached: its requests end earlier.
+func untouched(options Options, next http.Handler) http.Handler {
+	options.ErrorLog = log.New(io.Discard, "", 0)
+	return Middleware(nil, options)(next)
+}
+
+func serve(h http.Handler, r *http.Request) *http.Response {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w.Result()
+}
+
+func problemOf(t *testing.T, res *http.Response) map[string]interface{} {
+	t.Helper()
+	var doc map[string]interface{}
+	body, _ := io.ReadAll(res.Body)
+	if err := json.Unmarshal(body, &doc); err != nil ||
+		res.Header.Get("Content-Type") != "application/problem+json" ||
+		doc["type"] != "about:blank" || doc["title"] == "" || doc["status"] != float64(res.StatusCode) {
+		t.Fatalf("not a problem answer: %d %v %s", res.StatusCode, res.Header, body)
+	}
+	if res.Header.Get("Content-Length") != fmt.Sprint(len(body)) {
+		t.Errorf("Content-Length %q, body of %d bytes", res.Header.Get("Content-Length"), len(body))
+	}
+	return doc
+}
+
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: true} }
+
+var neverRun = http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("the handler ran") })
+
+func TestMissingKeyIs400(t *testing.T) {
+	res := serve(untouched(Options{}, neverRun), httptest.NewRequest("POST", "/orders", strings.NewReader("{}")))
+	if res.StatusCode != 400 || problemOf(t, res)["title"] != "The Idempotency-Key header is required" {
+		t.Errorf("answer %d", res.StatusCode)
+	}
+	res = serve(untouched(Options{Header: "X-Request-Key"}, neverRun),
+		httptest.NewRequest("POST", "/orders", strings.NewReader("{}")))
+	if res.StatusCode != 400 || problemOf(t, res)["title"] != "The X-Request-Key header is required" {
+		t.Errorf("answer %d: the title names the header of the options", res.StatusCode)
+	}
+}
+
+func TestBodyOverTheLimitIs413(t *testing.T) {
+	h := untouched(Options{MaxRequestBytes: 10}, neverRun)
+	r := httptest.NewRequest("POST", "/orders", strings.NewReader(`{"item": "more than ten bytes"}`))
+	r.Header.Set("Idempotency-Key", "k")
+	if res := serve(h, r); res.StatusCode != 413 {
+		t.Errorf("a declared length over the limit: %d", res.StatusCode)
+	} else {
+		problemOf(t, res)
+	}
+	r = httptest.NewRequest("POST", "/orders", io.MultiReader(strings.NewReader("0123456789"), strings.NewReader("x")))
+	r.Header.Set("Idempotency-Key", "k")
+	if r.ContentLength = -1; serve(h, r).StatusCode != 413 {
+		t.Errorf("a chunked body over the limit is not refused")
+	}
+	res := serve(untouched(Options{}, neverRun), func() *http.Request {
+		r := httptest.NewRequest("POST", "/orders", strings.NewReader(strings.Repeat("x", defaultMaxRequestBytes+1)))
+		r.Header.Set("Idempotency-Key", "k")
+		return r
+	}())
+	if res.StatusCode != 413 {
+		t.Errorf("the default limit is not 1 MiB: %d", res.StatusCode)
+	}
+}
+
+func TestBodyReadBeforeIs500(t *testing.T) {
+	r := httptest.NewRequest("POST", "/orders", strings.NewReader(`{"item": "a"}`))
+	r.Header.Set("Idempotency-Key", "k")
+	io.ReadAll(r.Body) // a middleware before this one
+	res := serve(untouched(Options{}, neverRun), r)
+	if res.StatusCode != 500 || !strings.Contains(problemOf(t, res)["detail"].(string), "place the middleware before") {
+		t.Errorf("a body read before: %d", res.StatusCode)
+	}
+	r = httptest.NewRequest("POST", "/orders", strings.NewReader(`{"item": "a"}`))
+	r.Header.Set("Idempotency-Key", "k")
+	r.Body = http.MaxBytesReader(httptest.NewRecorder(), r.Body, 5) // an outer limit
+	if res := serve(untouched(Options{}, neverRun), r); res.StatusCode != 413 {
+		t.Errorf("over an http.MaxBytesReader's limit: %d", res.StatusCode)
+	}
+}
+
+func TestOtherMethodsPassThrough(t *testing.T) {
+	ran := false
+	h := untouched(Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ran = Tx(r.Context()) == nil && ClaimFromContext(r.Context()) == nil
+		w.WriteHeader(204)
+	}))
+	for _, method := range []string{"GET", "PUT", "DELETE"} {
+		ran = false
+		if res := serve(h, httptest.NewRequest(method, "/orders", nil)); res.StatusCode != 204 || !ran {
+			t.Errorf("%s: %d, ran without a transaction: %v", method, res.StatusCode, ran)
+		}
+	}
+	h = untouched(Options{Methods: []string{"PUT"}}, neverRun)
+	if res := serve(h, httptest.NewRequest("PUT", "/orders", nil)); res.StatusCode != 400 {
+		t.Errorf("Methods: PUT is not protected: %d", res.StatusCode)
+	}
+}
+
+func TestRecorderHoldsTheResponse(t *testing.T) {
+	w := newRecorder(-1)
+	var _ http.Flusher = w // a streaming handler's type assertion holds
+	w.WriteHeader(103)     // informational: not the answer
+	w.Write([]byte("<html>"))
+	w.WriteHeader(500) // too late, as in net/http
+	w.Flush()
+	w.Write([]byte("</html>"))
+	got := w.result()
+	if got.status != 200 || string(got.body) != "<html></html>" ||
+		got.header.Get("Content-Type") != "text/html; charset=utf-8" {
+		t.Errorf("got %d %v %q: want net/http's 200 and sniffed Content-Type", got.status, got.header, got.body)
+	}
+	w = newRecorder(-1)
+	w.Header()["Content-Type"] = nil // net/http's way to send none
+	w.Write([]byte("x"))
+	if got := w.result(); got.header.Get("Content-Type") != "" {
+		t.Errorf("a suppressed Content-Type was sniffed: %v", got.header)
+	}
+	w = newRecorder(-1)
+	w.WriteHeader(204)
+	if got := w.result(); got.status != 204 || len(got.body) != 0 {
+		t.Errorf("got %d %q", got.status, got.body)
+	}
+}
+
+func TestRecorderStopsAtTheLimit(t *testing.T) {
+	w := newRecorder(10)
+	for i := 0; i < 3; i++ {
+		if n, err := w.Write([]byte("0123")); n != 4 || err != nil {
+			t.Fatalf("Write: %d %v: the handler carries on", n, err)
+		}
+	}
+	if !w.overflow || len(w.body) != 0 {
+		t.Errorf("12 bytes over a limit of 10: overflow %v, %d bytes kept", w.overflow, len(w.body))
+	}
+	w = newRecorder(10)
+	w.Write([]byte("0123456789"))
+	if w.overflow || len(w.body) != 10 {
+		t.Errorf("10 bytes at a limit of 10: overflow %v, %d bytes kept", w.overflow, len(w.body))
+	}
+}
+
+func TestStoredHeadersReplay(t *testing.T) {
+	h := http.Header{}
+	h.Set("content-type", "application/json")
+	h.Add("Set-Cookie", "a=1")
+	h.Add("Set-Cookie", "b=2")
+	h.Set("X-Not-Stored", "x")
+	stored, err := storedHeaders(h, []string{"Content-Type", "location", "set-cookie"})
+	if err != nil || stored != `{"Content-Type":"application/json","Set-Cookie":["a=1","b=2"]}` {
+		t.Fatalf("stored %s, %v", stored, err)
+	}
+	// As this package stores them, and as the Node package does (lower-case names).
+	for _, text := range []string{stored, `{"content-type":"application/json","set-cookie":["a=1","b=2"]}`} {
+		a := replay(201, nullString(text), []byte("{}"))
+		want := http.Header{"Content-Type": {"application/json"}, "Set-Cookie": {"a=1", "b=2"},
+			"Idempotent-Replayed": {"true"}}
+		if !reflect.DeepEqual(a.header, want) || a.status != 201 || string(a.body) != "{}" {
+			t.Errorf("replay of %s: %d %v %q", text, a.status, a.header, a.body)
+		}
+	}
+}
+
+func TestSendSetsContentLength(t *testing.T) {
+	w := httptest.NewRecorder()
+	(&response{status: 201, header: http.Header{"Content-Length": {"99"}}, body: []byte("abc")}).send(w)
+	if w.Code != 201 || w.Header().Get("Content-Length") != "3" || w.Body.String() != "abc" {
+		t.Errorf("sent %d %v %q", w.Code, w.Header(), w.Body)
+	}
+	w = httptest.NewRecorder()
+	(&response{status: 204, header: http.Header{}}).send(w)
+	if w.Header().Get("Content-Length") != "" {
+		t.Errorf("a 204 with Content-Length")
+	}
+}
+
+func TestFingerprintParts(t *testing.T) {
+	m := &middleware{options: Options{}.withDefaults()}
+	r := httptest.NewRequest("POST", "/orders/a%2Fb?x=1&y=2", nil)
+	r.Header.Set("Content-Type", "application/merge-patch+json; charset=utf-8")
+	f := m.fingerprint(r, []byte(`{"item": "a"}`))
+	want := fingerprint{method: "POST", route: "/orders/a%2Fb", path: "/orders/a%2Fb", query: "x=1&y=2",
+		body: []byte(`{"item": "a"}`), json: true}
+	if !reflect.DeepEqual(f, want) {
+		t.Errorf("got %+v, want %+v", f, want)
+	}
+	for _, c := range []struct {
+		contentType, body string
+		json              bool
+	}{
+		{"application/json", `[1, 2]`, true},
+		{"application/json", `{"item": `, false},                   // does not parse: hashed by its bytes
+		{"application/json", "\"\xff\"", false},                    // not UTF-8: the server could not read it
+		{"text/plain", `{"item": "a"}`, false},                     // JSON only by its content type
+		{"application/jsonish", `{"item": "a"}`, false},            // a media type, not a substring
+		{"text/x+json", `{}`, false},                               // application/...+json only
+		{"application/json", `"a\u00e9\ud83d\ude00\\u0000"`, true}, // a pair, an escaped backslash
+		{"application/json", `"\u0000"`, false},                    // jsonb refuses these: hashed by bytes
+		{"application/json", `["\ud83d"]`, false},
+		{"application/json", `["\ude00\ud83d"]`, false},
+		{"application/json", `"\ud83d\u0041"`, false},
+		{"", `{}`, false},
+	} {
+		if got := isJSON(c.contentType, []byte(c.body)); got != c.json {
+			t.Errorf("isJSON(%q, %q) = %v", c.contentType, c.body, got)
+		}
+	}
+}
+
+func TestScope(t *testing.T) {
+	r := httptest.NewRequest("POST", "/orders", nil)
+	tenant := func(r *http.Request) (string, error) { return "t1", nil }
+	for _, c := range []struct {
+		options Options
+		scope   string
+	}{
+		{Options{}, ""},
+		{Options{Tenant: tenant}, "t1"},
+		{Options{Tenant: tenant, ScopePerRoute: true}, "t1 POST /orders"},
+		{Options{ScopePerRoute: true, Route: func(*http.Request) string { return "/orders/{id}" }}, "POST /orders/{id}"},
+		{Options{Tenant: func(*http.Request) (string, error) { return "", nil }, ScopePerRoute: true}, " POST /orders"},
+		{Options{Tenant: tenant, ScopePerRoute: true, Scope: func(*http.Request) (string, error) { return "all", nil }}, "all"},
+	} {
+		m := &middleware{options: c.options.withDefaults()}
+		if got, err := m.scope(r); got != c.scope || err != nil {
+			t.Errorf("%+v: scope %q, %v; want %q", c.options, got, err, c.scope)
+		}
+	}
+	for _, hook := range []func(*http.Request) (string, error){
+		func(*http.Request) (string, error) { return "", errors.New("no tenant") },
+		func(*http.Request) (string, error) { panic("no tenant") },
+	} {
+		res := serve(untouched(Options{Tenant: hook}, neverRun), func() *http.Request {
+			r := httptest.NewRequest("POST", "/orders", nil)
+			r.Header.Set("Idempotency-Key", "k")
+			return r
+		}())
+		if res.StatusCode != 500 {
+			t.Errorf("a failing tenant hook: %d", res.StatusCode)
+		}
+		problemOf(t, res)
+	}
+}
+
+type codedError struct{ code string }
+
+func (e codedError) Error() string    { return "coded" }
+func (e codedError) SQLState() string { return e.code }
+
+func TestSQLStateThroughWrapping(t *testing.T) {
+	if got := sqlstate(fmt.Errorf("begin: %w", codedError{"55P03"})); got != "55P03" {
+		t.Errorf("sqlstate = %q", got)
+	}
+	if got := sqlstate(errors.New("no code")); got != "" {
+		t.Errorf("sqlstate = %q", got)
+	}
+	if a := sqlstateAnswers["IK006"]; a.status != 400 {
+		t.Errorf("IK006 answers %d", a.status)
+	}
+}
+
+func TestIntervalIsExact(t *testing.T) {
+	if got := interval(0); got != nil {
+		t.Errorf("0 is the server's setting (NULL), not %v", got)
+	}
+	if got := interval(36*time.Hour + 1500*time.Nanosecond); got != "129600000001 microseconds" {
+		t.Errorf("interval = %v", got)
+	}
+}
+
+func TestMaxResponseBytesReadsTheSetting(t *testing.T) {
+	for setting, bytes := range map[string]int64{"1MB": 1 << 20, "2000B": 2000, "0": 0, "512kB": 512 << 10,
+		"1GB": 1 << 30, "": -1, "1 MB": -1, "MB": -1, "1XB": -1} {
+		if got := maxResponseBytes(setting); got != bytes {
+			t.Errorf("maxResponseBytes(%q) = %d, want %d", setting, got, bytes)
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package idempotency
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The extension's SQL functions, one statement text each (a driver that prepares and
+// caches statements, as pgx does, reuses them). Parameters are typed in the text, so
+// that every driver binds them alike.
+const (
+	// The body's fingerprint part: request_hash_jsonb of a JSON body ($7, NULL otherwise)
+	// or request_hash of the bytes ($8); both functions are STRICT. The last column is
+	// the largest response the server stores (maxResponseBytes), so that a streaming
+	// handler's response is buffered no further than that.
+	beginSQL = `SELECT b.outcome::text, b.attempt, b.response_status, b.response_headers::text,
+       b.response_body_bytes, b.response_body_omitted, b.retry_after_seconds, b.recovery_point,
+       pg_catalog.current_setting('idempotency.max_response_bytes')
+  FROM idempotency_begin($1::text, $2::text,
+         request_hash_parts($3::text, $4::text, $5::text, $6::text,
+           COALESCE(request_hash_jsonb($7::text)::text, request_hash($8::bytea)::text)),
+         ttl => $9::interval, lease => $10::interval, wait => $11::interval) b`
+	// omit_oversized => false: a response over idempotency.max_response_bytes raises
+	// 54000 instead of being stored without its body, so that it is never acknowledged.
+	completeSQL = `SELECT idempotency_complete($1::text, $2::text, $3::integer,
+         response_headers => $4::jsonb, response_body_bytes => $5::bytea,
+         attempt => $6::integer, omit_oversized => false)`
+	checkpointSQL        = `SELECT idempotency_checkpoint($1::text, $2::text, $3::text, attempt => $4::integer)`
+	releaseSQL           = `SELECT idempotency_release($1::text, $2::text, attempt => $3::integer)`
+	storeServerErrorsSQL = `SELECT pg_catalog.set_config('idempotency.store_server_errors', 'on', true)`
+)
+
+// fingerprint is what request_hash_parts hashes (middleware.fingerprint).
+type fingerprint struct {
+	method, route, path, query string
+	body                       []byte
+	json                       bool
+}
+
+// begun is idempotency_begin's answer, with the server's limit on a stored response.
+type begun struct {
+	outcome          string
+	attempt          int64
+	status           int
+	headers          sql.NullString
+	body             []byte
+	bodyOmitted      bool
+	retryAfter       int
+	recoveryPoint    sql.NullString
+	maxResponseBytes int64
+}
+
+func begin(ctx context.Context, tx *sql.Tx, scope, key string, f fingerprint, o Options, lease time.Duration) (*begun, error) {
+	var jsonBody, rawBody interface{} // untyped nil: SQL NULL with every driver
+	if f.json {
+		jsonBody = string(f.body)
+	} else {
+		rawBody = nonNil(f.body)
+	}
+	var b begun
+	var attempt, status, retryAfter sql.NullInt64
+	var omitted sql.NullBool
+	var limit string
+	err := tx.QueryRowContext(ctx, beginSQL, scope, key, f.method, f.route, f.path, f.query, jsonBody, rawBody,
+		interval(o.TTL), interval(lease), interval(o.Wait)).Scan(&b.outcome, &attempt, &status, &b.headers,
+		&b.body, &omitted, &retryAfter, &b.recoveryPoint, &limit)
+	if err != nil {
+		return nil, err
+	}
+	b.attempt, b.status, b.retryAfter, b.bodyOmitted = attempt.Int64, int(status.Int64), int(retryAfter.Int64), omitted.Bool
+	b.maxResponseBytes = maxResponseBytes(limit)
+	return &b, nil
+}
+
+// maxResponseBytes reads the setting as the server shows a size in bytes ("1MB",
+// "2000B", "0"; PostgreSQL 15's pg_size_bytes cannot read "B"), or -1 if it cannot: the
+// response is then buffered whole, and idempotency_complete still refuses it with 54000.
+func maxResponseBytes(setting string) int64 {
+	digits := strings.TrimRight(setting, "kMGTB")
+	n, err := strconv.ParseInt(digits, 10, 64)
+	unit, ok := map[string]int64{"": 1, "B": 1, "kB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}[setting[len(digits):]]
+	if err != nil || !ok || n < 0 {
+		return -1
+	}
+	return n * unit
+}
+
+// interval is a duration as interval text, exact to the microsecond, or NULL (the
+// server's setting) for 0.
+func interval(d time.Duration) interface{} {
+	if d <= 0 {
+		return nil
+	}
+	return fmt.Sprintf("%d microseconds", d.Microseconds())
+}
+
+// nonNil makes an absent body the empty one: a nil []byte is NULL to some drivers.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}

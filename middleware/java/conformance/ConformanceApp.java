@@ -1,0 +1,171 @@
+import jakarta.servlet.Filter;
+import jakarta.servlet.ServletContext;
+import jakarta.servlet.ServletException;
+import jakarta.servlet.http.HttpServlet;
+import jakarta.servlet.http.HttpServletRequest;
+import jakarta.servlet.http.HttpServletResponse;
+import java.io.IOException;
+import java.io.OutputStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.time.Duration;
+import java.util.Map;
+import javax.sql.DataSource;
+import org.apache.catalina.Context;
+import org.apache.catalina.startup.Tomcat;
+import org.pgidempotency.Idempotency;
+import org.pgidempotency.IdempotencyFilter;
+import org.postgresql.ds.PGSimpleDataSource;
+
+/**
+ * The conformance suite's application (test/conformance/README.md) in an embedded Tomcat,
+ * with Tomcat's default connector settings, over pgjdbc's PGSimpleDataSource (a connection
+ * per request, no pool). Routes are registered through the Servlet API, as a web
+ * application's initializer does.
+ *
+ * <p>Usage: java ConformanceApp PORT, with the database in libpq's environment.
+ */
+public final class ConformanceApp {
+    public static void main(String[] args) throws Exception {
+        DataSource database = dataSource(System.getenv());
+        Tomcat tomcat = new Tomcat();
+        tomcat.setBaseDir(Files.createTempDirectory("conformance-tomcat").toString());
+        tomcat.setHostname("127.0.0.1");
+        tomcat.setPort(Integer.parseInt(args[0]));
+        tomcat.getConnector().setProperty("address", "127.0.0.1");
+        Context context = tomcat.addContext("", null);
+        context.addServletContainerInitializer((classes, servletContext) ->
+            routes(servletContext, database), null);
+        tomcat.start();
+        tomcat.getServer().await();
+    }
+
+    private static void routes(ServletContext context, DataSource database) {
+        IdempotencyFilter.Hook tenant = request -> {
+            String value = request.getHeader("X-Tenant");
+            if ("fail".equals(value)) {
+                throw new IllegalStateException("the tenant hook fails, as the request asks");
+            }
+            return value == null ? "public" : value;
+        };
+        // /parsed/orders: a filter before the middleware reads the body, as a parser would.
+        context.addFilter("parser", (Filter) (request, response, chain) -> {
+            request.setAttribute("parsed", request.getReader().lines().toList());
+            chain.doFilter(request, response);
+        }).addMappingForUrlPatterns(null, true, "/parsed/orders");
+        context.addFilter("idempotency", IdempotencyFilter.builder(database).tenant(tenant).build())
+            .addMappingForUrlPatterns(null, true, "/orders", "/refunds", "/parsed/orders");
+        context.addFilter("waiting", IdempotencyFilter.builder(database).tenant(tenant)
+            .waitFor(Duration.ofSeconds(30)).build())
+            .addMappingForUrlPatterns(null, true, "/waiting/orders");
+        context.addServlet("orders", new Orders())
+            .addMapping("/orders", "/refunds", "/waiting/orders", "/parsed/orders");
+        context.addServlet("health", new HttpServlet() {
+            @Override
+            protected void doGet(HttpServletRequest request, HttpServletResponse response)
+                throws IOException {
+                response.getWriter().print("ok");
+            }
+        }).addMapping("/health");
+    }
+
+    /** The order handler. */
+    private static final class Orders extends HttpServlet {
+        @Override
+        protected void doPost(HttpServletRequest request, HttpServletResponse response)
+            throws IOException, ServletException {
+            Connection db = Idempotency.connection(request);
+            try {
+                String body = new String(request.getInputStream().readAllBytes(),
+                    StandardCharsets.UTF_8);
+                // The database reads the JSON: the application needs no library for it.
+                try (PreparedStatement parse = db.prepareStatement("SELECT b->>'item',"
+                    + " (b->>'gate')::bigint, (b->>'size')::int, b->>'fail',"
+                    + " coalesce((b->>'stream')::boolean, false), coalesce((b->>'status')::int, 201)"
+                    + " FROM (SELECT ?::jsonb) AS t(b)")) {
+                    parse.setString(1, body);
+                    try (ResultSet order = parse.executeQuery()) {
+                        order.next();
+                        Long gate = order.getObject(2, Long.class);
+                        if (gate != null) {
+                            execute(db, "SELECT pg_advisory_xact_lock_shared(?)", gate);
+                        }
+                        answer(db, order, response);
+                    }
+                }
+            } catch (SQLException e) {
+                throw new ServletException(e);
+            }
+        }
+
+        private static void answer(Connection db, ResultSet order, HttpServletResponse response)
+            throws SQLException, IOException, ServletException {
+            try (PreparedStatement insert = db.prepareStatement(
+                "INSERT INTO orders (item) VALUES (?) RETURNING id, to_json(item)::text")) {
+                insert.setString(1, order.getString(1));
+                try (ResultSet made = insert.executeQuery()) {
+                    made.next();
+                    String fail = order.getString(4);
+                    if ("sync".equals(fail)) {
+                        throw new IllegalStateException("the handler fails, as the request asks");
+                    } else if ("async".equals(fail)) { // servlets here are synchronous
+                        throw new ServletException("the handler fails, as the request asks");
+                    }
+                    Integer size = order.getObject(3, Integer.class);
+                    String json = "{\"order\": " + made.getLong(1) + ", \"item\": "
+                        + made.getString(2)
+                        + (size == null ? "" : ", \"pad\": \"" + "x".repeat(size) + "\"") + "}";
+                    response.setStatus(order.getInt(6));
+                    response.setContentType("application/json");
+                    response.setHeader("Location", "/orders/" + made.getLong(1));
+                    byte[] bytes = json.getBytes(StandardCharsets.UTF_8);
+                    if (order.getBoolean(5)) {
+                        OutputStream out = response.getOutputStream();
+                        int third = bytes.length / 3;
+                        for (int[] piece : new int[][] {{0, third}, {third, third},
+                            {2 * third, bytes.length - 2 * third}}) {
+                            out.write(bytes, piece[0], piece[1]);
+                            out.flush();
+                        }
+                    } else {
+                        response.setCharacterEncoding("UTF-8");
+                        response.getWriter().write(json);
+                    }
+                }
+            }
+        }
+
+        private static void execute(Connection db, String sql, Object parameter)
+            throws SQLException {
+            try (PreparedStatement statement = db.prepareStatement(sql)) {
+                statement.setObject(1, parameter);
+                statement.executeQuery().close();
+            }
+        }
+    }
+
+    /** pgjdbc from libpq's variables; a PGHOST that is a directory is a Unix socket's. */
+    private static DataSource dataSource(Map<String, String> environment) {
+        PGSimpleDataSource source = new PGSimpleDataSource();
+        String host = environment.getOrDefault("PGHOST", "localhost");
+        int port = Integer.parseInt(environment.getOrDefault("PGPORT", "5432"));
+        source.setPortNumbers(new int[] {port});
+        source.setDatabaseName(environment.get("PGDATABASE"));
+        source.setUser(environment.getOrDefault("PGUSER", System.getProperty("user.name")));
+        source.setSslMode("disable");
+        source.setGssEncMode("disable");
+        if (host.startsWith("/")) {
+            source.setServerNames(new String[] {"localhost"});
+            source.setSocketFactory(UnixSocketFactory.class.getName());
+            source.setSocketFactoryArg(Path.of(host, ".s.PGSQL." + port).toString());
+        } else {
+            source.setServerNames(new String[] {host});
+        }
+        return source;
+    }
+}

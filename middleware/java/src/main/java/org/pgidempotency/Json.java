@@ -1,0 +1,335 @@
+package org.pgidempotency;
+
+import java.nio.ByteBuffer;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.CodingErrorAction;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * The little JSON the package needs, without a library: whether a request body is a JSON
+ * document (which decides how it is fingerprinted), the stored headers' object, and the
+ * text of problem documents.
+ */
+final class Json {
+    private final String text;
+    private int at;
+
+    private Json(String text) {
+        this.text = text;
+    }
+
+    /**
+     * The body as text when it is one JSON document (RFC 8259: UTF-8 without a byte order
+     * mark, nothing around the value but spaces, tabs and line ends) that jsonb accepts too
+     * (no \\u0000, no surrogate escape outside a pair), else null. Checked without
+     * recursion, so that no nesting depth overflows the stack.
+     */
+    static String documentOrNull(byte[] body) {
+        String text;
+        try {
+            text = StandardCharsets.UTF_8.newDecoder()
+                .onMalformedInput(CodingErrorAction.REPORT)
+                .onUnmappableCharacter(CodingErrorAction.REPORT)
+                .decode(ByteBuffer.wrap(body))
+                .toString();
+        } catch (CharacterCodingException e) {
+            return null;
+        }
+        try {
+            new Json(text).document();
+            return text;
+        } catch (IllegalArgumentException e) {
+            return null;
+        }
+    }
+
+    /** A JSON string literal of {@code value}. */
+    static String quote(String value) {
+        StringBuilder out = new StringBuilder(value.length() + 2).append('"');
+        for (int i = 0; i < value.length(); i++) {
+            char c = value.charAt(i);
+            switch (c) {
+                case '"' -> out.append("\\\"");
+                case '\\' -> out.append("\\\\");
+                case '\n' -> out.append("\\n");
+                case '\r' -> out.append("\\r");
+                case '\t' -> out.append("\\t");
+                default -> {
+                    if (c < 0x20) {
+                        out.append(String.format("\\u%04x", (int) c));
+                    } else {
+                        out.append(c);
+                    }
+                }
+            }
+        }
+        return out.append('"').toString();
+    }
+
+    /** The JSON object of header names to a value, or to an array of values when repeated. */
+    static String headers(Map<String, List<String>> headers) {
+        StringBuilder out = new StringBuilder("{");
+        for (Map.Entry<String, List<String>> header : headers.entrySet()) {
+            if (out.length() > 1) {
+                out.append(", ");
+            }
+            out.append(quote(header.getKey())).append(": ");
+            List<String> values = header.getValue();
+            if (values.size() == 1) {
+                out.append(quote(values.get(0)));
+            } else {
+                out.append('[');
+                for (int i = 0; i < values.size(); i++) {
+                    out.append(i > 0 ? ", " : "").append(quote(values.get(i)));
+                }
+                out.append(']');
+            }
+        }
+        return out.append('}').toString();
+    }
+
+    /**
+     * Reads what {@link #headers} writes, as idempotency_begin returns it: an object whose
+     * values are strings or arrays of strings (the shape idempotency_complete accepts).
+     */
+    static Map<String, List<String>> readHeaders(String text) {
+        Map<String, List<String>> headers = new LinkedHashMap<>();
+        Json in = new Json(text);
+        in.expect('{');
+        if (!in.next('}')) {
+            do {
+                String name = in.string();
+                in.expect(':');
+                List<String> values = new ArrayList<>();
+                if (in.next('[')) {
+                    if (!in.next(']')) {
+                        do {
+                            values.add(in.string());
+                        } while (in.next(','));
+                        in.expect(']');
+                    }
+                } else {
+                    values.add(in.string());
+                }
+                headers.put(name, values);
+            } while (in.next(','));
+            in.expect('}');
+        }
+        in.end();
+        return headers;
+    }
+
+    // ------------------------------------------------------------------ the grammar
+
+    /**
+     * One value and nothing after it. Containers are tracked on an explicit stack (the
+     * characters '[' and '{' of the ones still open) rather than by recursion.
+     */
+    private void document() {
+        StringBuilder open = new StringBuilder();
+        boolean valueNext = true;
+        while (true) {
+            if (valueNext) {
+                valueNext = value(open);
+            } else if (open.length() == 0) {
+                end();
+                return;
+            } else if (next(',')) {
+                valueNext = true;
+                if (open.charAt(open.length() - 1) == '{') {
+                    member();
+                }
+            } else {
+                expect(open.charAt(open.length() - 1) == '{' ? '}' : ']');
+                open.setLength(open.length() - 1);
+            }
+        }
+    }
+
+    /**
+     * A scalar or an empty container (false: what follows is a comma or an end), or the
+     * opening of a container, pushed on {@code open}, with the name of its first member
+     * (true: a value follows).
+     */
+    private boolean value(StringBuilder open) {
+        space();
+        if (at >= text.length()) {
+            throw new IllegalArgumentException("a value is missing");
+        }
+        char c = text.charAt(at);
+        if (c == '{' || c == '[') {
+            at++;
+            if (next(c == '{' ? '}' : ']')) {
+                return false;
+            }
+            open.append(c);
+            if (c == '{') {
+                member();
+            }
+            return true;
+        }
+        if (c == '"') {
+            string();
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            number();
+        } else if (!word("true") && !word("false") && !word("null")) {
+            throw new IllegalArgumentException("not a JSON value");
+        }
+        return false;
+    }
+
+    /** A member's name and its colon; its value follows. */
+    private void member() {
+        string();
+        expect(':');
+    }
+
+    private void number() {
+        take('-');
+        if (!take('0')) {
+            digits();
+        }
+        if (take('.')) {
+            digits();
+        }
+        if (take('e') || take('E')) {
+            if (!take('+')) {
+                take('-');
+            }
+            digits();
+        }
+    }
+
+    private void digits() {
+        int start = at;
+        while (at < text.length() && text.charAt(at) >= '0' && text.charAt(at) <= '9') {
+            at++;
+        }
+        if (at == start) {
+            throw new IllegalArgumentException("a digit is missing");
+        }
+    }
+
+    private String string() {
+        space();
+        if (at >= text.length() || text.charAt(at) != '"') {
+            throw new IllegalArgumentException("a string is missing");
+        }
+        at++;
+        StringBuilder value = new StringBuilder();
+        while (true) {
+            if (at >= text.length()) {
+                throw new IllegalArgumentException("a string does not end");
+            }
+            char c = text.charAt(at++);
+            if (c == '"') {
+                return value.toString();
+            } else if (c < 0x20) {
+                throw new IllegalArgumentException("a control character in a string");
+            } else if (c != '\\') {
+                value.append(c);
+            } else if (at >= text.length()) {
+                throw new IllegalArgumentException("an escape does not end");
+            } else {
+                char escaped = text.charAt(at++);
+                switch (escaped) {
+                    case '"', '\\', '/' -> value.append(escaped);
+                    case 'b' -> value.append('\b');
+                    case 'f' -> value.append('\f');
+                    case 'n' -> value.append('\n');
+                    case 'r' -> value.append('\r');
+                    case 't' -> value.append('\t');
+                    case 'u' -> value.append(escapedCharacter());
+                    default -> throw new IllegalArgumentException("an unknown escape");
+                }
+            }
+        }
+    }
+
+    /**
+     * The character of a \\u escape, as jsonb reads it too: not \\u0000, and a surrogate
+     * only in a pair (PostgreSQL refuses both, which would fail the request).
+     */
+    private String escapedCharacter() {
+        char c = hex();
+        if (c == 0) {
+            throw new IllegalArgumentException("jsonb does not accept \\u0000");
+        }
+        if (Character.isLowSurrogate(c)) {
+            throw new IllegalArgumentException("a low surrogate alone");
+        }
+        if (!Character.isHighSurrogate(c)) {
+            return String.valueOf(c);
+        }
+        if (!text.startsWith("\\u", at)) {
+            throw new IllegalArgumentException("a high surrogate alone");
+        }
+        at += 2;
+        char low = hex();
+        if (!Character.isLowSurrogate(low)) {
+            throw new IllegalArgumentException("a high surrogate alone");
+        }
+        return new String(new char[] {c, low});
+    }
+
+    private char hex() {
+        if (at + 4 > text.length()) {
+            throw new IllegalArgumentException("a \\u escape is short");
+        }
+        int code = 0;
+        for (int i = 0; i < 4; i++) {
+            int digit = Character.digit(text.charAt(at++), 16);
+            if (digit < 0) {
+                throw new IllegalArgumentException("a \\u escape is not hexadecimal");
+            }
+            code = code * 16 + digit;
+        }
+        return (char) code;
+    }
+
+    private boolean word(String word) {
+        if (!text.startsWith(word, at)) {
+            return false;
+        }
+        at += word.length();
+        return true;
+    }
+
+    private void space() {
+        while (at < text.length() && " \t\n\r".indexOf(text.charAt(at)) >= 0) {
+            at++;
+        }
+    }
+
+    /** Whether {@code c} comes next (after spaces), taking it if so. */
+    private boolean next(char c) {
+        space();
+        return take(c);
+    }
+
+    /** Whether {@code c} is the next character, taking it if so. */
+    private boolean take(char c) {
+        if (at < text.length() && text.charAt(at) == c) {
+            at++;
+            return true;
+        }
+        return false;
+    }
+
+    private void expect(char c) {
+        if (!next(c)) {
+            throw new IllegalArgumentException("'" + c + "' is missing");
+        }
+    }
+
+    private void end() {
+        space();
+        if (at != text.length()) {
+            throw new IllegalArgumentException("text after the value");
+        }
+    }
+}

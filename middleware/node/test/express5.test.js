@@ -1,0 +1,2 @@
+'use strict';
+require('./checks').checks('express5');

@@ -1,0 +1,56 @@
+"""The conformance application on Flask (gunicorn, threads), psycopg 3 or psycopg2 as
+CONFORMANCE_DRIVER says."""
+import functools
+import os
+
+import flask
+from flask import Flask, request
+
+from orders import answer, fail_if_asked, location, order_on, pieces, tenant
+from pg_idempotency.flask import idempotent
+
+if os.environ["CONFORMANCE_DRIVER"] == "psycopg2":
+    import psycopg2
+
+    def connect():
+        return psycopg2.connect("")
+else:
+    import psycopg
+
+    def connect():
+        return psycopg.connect("")
+
+app = Flask(__name__)
+
+
+@app.get("/health")
+def health():
+    return "ok"
+
+
+def order(idem):
+    data = request.get_json()
+    number = order_on(idem.conn, data)
+    fail_if_asked(data)
+    body = answer(number, data)
+    headers = {"Content-Type": "application/json", "Location": location(number)}
+    if data.get("stream"):
+        return flask.Response(pieces(body), data.get("status", 201), headers)
+    return flask.Response(body, data.get("status", 201), headers)
+
+
+def parsed_first(view):
+    """The body parsed before the middleware runs (Flask caches it)."""
+    @functools.wraps(view)
+    def parse(*args, **kwargs):
+        request.get_json()
+        return view(*args, **kwargs)
+    return parse
+
+
+for path, wrap, options in (("/orders", None, {}), ("/refunds", None, {}),
+                            ("/waiting/orders", None, {"wait": 30}),
+                            ("/parsed/orders", parsed_first, {})):
+    view = idempotent(connect, tenant=tenant, **options)(order)
+    app.add_url_rule(path, endpoint=path, view_func=wrap(view) if wrap else view,
+                     methods=["POST"])
