@@ -137,7 +137,11 @@ for my $i (1 .. 25)
 	$dropped++ if $ret == 0;
 }
 is($dropped, 25, 'DROP DATABASE never fails while the launcher sweeps every 10ms');
-my @fatal = grep { /FATAL|ERROR/ }
+# (DROP DATABASE ends an autovacuum worker it finds in the database with a
+# FATAL of PostgreSQL's own: a slower server, such as make test-cassert's,
+# gives autovacuum time to get there.)
+my @fatal =
+  grep { /FATAL|ERROR/ && !/terminating autovacuum process due to administrator command/ }
   split /\n/, PostgreSQL::Test::Utils::slurp_file($node->logfile, $log_offset);
 is(join("\n", @fatal), '', 'no sweeper logs an error or a FATAL for a dropped database');
 reload_with($node, "idempotency.expire_interval = '200ms'");
