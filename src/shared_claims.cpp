@@ -1,6 +1,7 @@
-// The claim protocol; see claims.hpp for the invariant and why each rule
-// keeps it.  The rule a piece of code keeps is named in its comment.
-#include "claims.hpp"
+// The shared claims table and deferred claims; see claims.hpp for the
+// invariant and why each rule keeps it.  The rule a piece of code keeps is
+// named in its comment.
+#include "shared_claims.hpp"
 #include "boundary.hpp"
 #include "module.hpp"
 #include "stats.hpp"
