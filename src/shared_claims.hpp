@@ -4,15 +4,10 @@
 // call claims.hpp's entry points, never these.
 #pragma once
 
-#include "store.hpp"
+#include "claims.hpp"
 
 namespace idempotency::claims
 {
-
-// Asks for the shared claims table (module.cpp's shmem_request_hook), then
-// finds or creates it (its shmem_startup_hook).
-void reserve_shared_memory();
-void attach_shared_memory();
 
 // What a reader saw of the key's bucket before it read the row (rule A).
 struct Ticket
@@ -57,10 +52,5 @@ void write(store::Storage &storage, store::Record &record);
 // Deletes `record`'s version; a deferred claim is written first, so that the
 // deletion rolls back with its subtransaction like any other.
 void remove(store::Storage &storage, const store::Record &record);
-
-// Writes the rows of this transaction's deferred claims that have none yet,
-// as the commit would (for readers of the table itself, such as a listing);
-// true when it wrote any.
-bool write_all();
 
 } // namespace idempotency::claims
