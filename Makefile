@@ -48,7 +48,7 @@ endif
 # After PGXS, so that its `all` stays the default goal.
 -include $(OBJS:.o=.d)
 
-.PHONY: test demo bench bench-cost bench-expiry bench-scale bench-citus fuzz sanitize errcodes errcodes-check
+.PHONY: test demo bench bench-cost bench-expiry bench-scale bench-citus fuzz sanitize test-cassert errcodes errcodes-check
 # `make test` tests the PostgreSQL that PG_CONFIG names (default: the host's
 # Debian PostgreSQL 15).  `make test PG=N` tests PostgreSQL N: the host's own
 # when Debian's /usr/lib/postgresql/N is installed here, else inside
@@ -93,3 +93,9 @@ fuzz:
 # ASan+UBSan build, in scratch copies of the tree and of PostgreSQL; see test/sanitize.
 sanitize:
 	bash test/sanitize
+# Not part of `make test`: pg_regress, isolation and the worker's, crashes' and
+# restarts' TAP scripts against a PostgreSQL 15 built with assertions, made
+# once from Debian's source package and cached outside the tree (needs root
+# then); see test/cassert.
+test-cassert:
+	bash test/cassert test

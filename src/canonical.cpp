@@ -2,6 +2,13 @@
 
 #include <cstring>
 
+// Pure C++ (boundary.hpp's first zone), which test/fuzz links without a
+// server: a PostgreSQL header here or in canonical.hpp (each starts from c.h
+// or pg_config.h, whose guards these are) would tie it to one.
+#if defined(C_H) || defined(PG_VERSION_NUM)
+#error "canonical.cpp is pure C++: a PostgreSQL header is included (see boundary.hpp)"
+#endif
+
 namespace idempotency::canonical
 {
 

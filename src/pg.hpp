@@ -11,9 +11,27 @@
 #include <cstring>
 #include <new>
 #include <exception>
+#include <type_traits>
 
 extern "C"
 {
 #include "postgres.h"
 #include "fmgr.h"
 }
+
+namespace idempotency
+{
+
+// Whether a T may live in memory that PostgreSQL hands out and takes back as
+// raw bytes: shared memory (ShmemInitStruct, dynahash entries) and palloc.
+// No constructor runs when such memory is handed out, no destructor when a
+// context is reset, a backend exits or the postmaster reinitialises shared
+// memory after a crash, and dynahash copies keys and entries with memcpy.
+// A type that needed any of them would silently go wrong there, so each one
+// placed there is checked with this, next to its definition.
+template <typename T>
+constexpr bool fits_postgres_memory = (std::is_trivially_default_constructible_v<T> &&
+                                       std::is_trivially_copyable_v<T> &&
+                                       std::is_trivially_destructible_v<T>);
+
+} // namespace idempotency

@@ -12,6 +12,13 @@ struct RequestHash
 {
     uint8_t bytes[request_hash_size];
 };
+// A request_hash Datum points at the type's 32 bytes on disk or in palloc'd
+// memory and is read through this struct (datum_get_request_hash), which the
+// shared claims table also holds (claims.cpp's Entry): the struct must be
+// exactly those bytes.
+static_assert(fits_postgres_memory<RequestHash> && sizeof(RequestHash) == request_hash_size &&
+                  std::has_unique_object_representations_v<RequestHash>,
+              "a RequestHash is the type's 32 bytes, nothing more");
 
 inline const RequestHash *datum_get_request_hash(Datum d)
 {

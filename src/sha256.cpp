@@ -4,6 +4,14 @@
 
 #include <openssl/evp.h>
 
+// Pure C++ (boundary.hpp's first zone): sha256() throws, so this file must not
+// see PostgreSQL's headers, whose ereport would longjmp across its frames.
+// Every PostgreSQL header starts from c.h or pg_config.h: their guards tell if
+// one came in, here or through sha256.hpp.
+#if defined(C_H) || defined(PG_VERSION_NUM)
+#error "sha256.cpp is pure C++: a PostgreSQL header is included (see boundary.hpp)"
+#endif
+
 namespace idempotency
 {
 

@@ -36,6 +36,11 @@ struct Tag
     Oid tenant;
     uint64 hash[2];
 };
+// The shared table's key: dynahash copies it with memcpy and, with no match
+// function given, compares keys with memcmp, so a padding byte (whose value
+// nothing sets) could make one key two.
+static_assert(fits_postgres_memory<Tag> && std::has_unique_object_representations_v<Tag>,
+              "a Tag is a memcmp-compared dynahash key: plain bytes, no padding");
 
 // Who holds a claim (rule O).
 struct Owner
@@ -58,6 +63,9 @@ struct Entry
     RequestHash request;
     TimestampTz created_at;
 };
+// In shared memory (a dynahash entry), which hands it out uninitialised, is
+// never destroyed and is copied out by readers (live_other_entry).
+static_assert(fits_postgres_memory<Entry>, "an Entry lives in shared memory");
 
 // This transaction's record of its fresh claim of a key (rule 1), with all
 // a deferred claim's row needs.
@@ -78,6 +86,9 @@ struct OwnClaim
 
     bool written() const { return written_in != InvalidSubTransactionId; }
 };
+// An array in TopMemoryContext, grown with repalloc (which copies bytes) and
+// forgotten at transaction end without a destructor call.
+static_assert(fits_postgres_memory<OwnClaim>, "an OwnClaim lives in palloc'd memory");
 
 // Lock partitions of the shared table (a power of two, as dynahash wants),
 // and the buckets of rule A: each bucket belongs to the partition whose lock
@@ -98,6 +109,9 @@ struct SharedState
     pg_atomic_uint32 in_use; // entries in `table`, at most max_deferred_claims
     pg_atomic_uint64 generations[buckets];
 };
+// From ShmemInitStruct: raw shared memory, initialised by hand
+// (attach_shared_memory), never destroyed.
+static_assert(fits_postgres_memory<SharedState>, "SharedState lives in shared memory");
 
 static HTAB *table = nullptr;         // null unless preloaded with slots
 static LWLockPadded *locks = nullptr; // one per partition
@@ -346,6 +360,8 @@ static int find_own_index(const Tag &tag, const store::Key &key)
 
 template <typename T> static Datum copy_datum(const T &value)
 {
+    // The copy is freed with its memory context, never destroyed.
+    static_assert(fits_postgres_memory<T>, "a Datum's value lives in palloc'd memory");
     T *copy = static_cast<T *>(palloc(sizeof(T)));
     *copy = value;
     return PointerGetDatum(copy);

@@ -40,6 +40,11 @@ struct Shared
     char last_error[256];
     SweepStart sweep_starts[sweep_start_slots];
 };
+// From ShmemInitStruct: raw shared memory, initialised by hand
+// (attach_shared_memory), never destroyed; a SweepStart slot is assigned a
+// whole value under the spinlock.
+static_assert(fits_postgres_memory<SweepStart> && fits_postgres_memory<Shared>,
+              "the statistics live in shared memory");
 
 static Shared *shared = nullptr;
 void reserve_shared_memory()
@@ -87,6 +92,8 @@ struct Frame
     SubTransactionId subxact;
     uint64 amounts[counter_count];
 };
+// An array in TopMemoryContext, grown with repalloc (which copies bytes).
+static_assert(fits_postgres_memory<Frame>, "a Frame lives in palloc'd memory");
 static Frame *frames = nullptr;
 static int frame_count = 0;
 static int frame_capacity = 0;

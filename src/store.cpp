@@ -321,6 +321,8 @@ struct WriteContext
     TupleTableSlot *new_version; // the values to write
     TupleTableSlot *old_version; // only its address: the version to replace
 };
+// palloc0'd, and gone with its memory context: no constructor or destructor runs.
+static_assert(fits_postgres_memory<WriteContext>, "a WriteContext lives in palloc'd memory");
 
 static WriteContext *start_writes(Storage &storage)
 {

@@ -234,10 +234,17 @@ static int64 sweep_batch(TimestampTz now)
 }
 
 // Keeps the message of the error being raised for idempotency_stats().
+// Called in PG_CATCH, where the current memory context is still ErrorContext,
+// which error recovery resets: CopyErrorData() must not copy into it (an
+// assert-enabled server stops the process there), so the copy is made in
+// TopMemoryContext and freed at once.
 static void record_error()
 {
+    MemoryContext error_context = MemoryContextSwitchTo(TopMemoryContext);
     ErrorData *error = CopyErrorData();
     stats::record_error(error->message);
+    FreeErrorData(error);
+    MemoryContextSwitchTo(error_context);
 }
 
 static void sweep_until_done()

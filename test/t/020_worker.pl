@@ -137,7 +137,11 @@ for my $i (1 .. 25)
 	$dropped++ if $ret == 0;
 }
 is($dropped, 25, 'DROP DATABASE never fails while the launcher sweeps every 10ms');
-my @fatal = grep { /FATAL|ERROR/ }
+# (DROP DATABASE ends an autovacuum worker it finds in the database with a
+# FATAL of PostgreSQL's own: a slower server, such as make test-cassert's,
+# gives autovacuum time to get there.)
+my @fatal =
+  grep { /FATAL|ERROR/ && !/terminating autovacuum process due to administrator command/ }
   split /\n/, PostgreSQL::Test::Utils::slurp_file($node->logfile, $log_offset);
 is(join("\n", @fatal), '', 'no sweeper logs an error or a FATAL for a dropped database');
 reload_with($node, "idempotency.expire_interval = '200ms'");
@@ -176,19 +180,27 @@ expires_by_itself('app1', 't', 'the restarted launcher expires keys');
 
 # An error inside a sweep is logged, kept in the statistics, and the next
 # round tries again.
-# A trigger on the table fires for the sweep's deletes, as for any DELETE.
-add_expiring_keys('app1', 10, 'e');
-query('app1', q{
-	CREATE FUNCTION refuse_deletes() RETURNS trigger LANGUAGE plpgsql AS
-	  $$ BEGIN RAISE EXCEPTION 'deletes refused by a trigger'; END $$;
-	CREATE TRIGGER refuse_deletes BEFORE DELETE ON idempotency.keys
-	  FOR EACH ROW EXECUTE FUNCTION refuse_deletes();
-});
-ok( $node->poll_query_until('postgres',
-		q{SELECT last_error LIKE '%deletes refused by a trigger%' FROM idempotency_stats()}),
-	'a sweep error is reported in idempotency_stats()');
-query('app1', 'DROP TRIGGER refuse_deletes ON idempotency.keys; DROP FUNCTION refuse_deletes()');
-expires_by_itself('app1', 'e', 'after the error the next rounds expire again');
+# A trigger on the table fires for the sweep's deletes, as for any DELETE:
+# a BEFORE trigger raises its error inside a row's delete, an AFTER trigger
+# once the batch's deletes are done.  Either way the sweeper handles an error
+# raised by PostgreSQL (on a server with assertions, a mistake there stops
+# it with a TRAP and, as Cluster.pm turns restart_after_crash off, the server).
+for my $when ('BEFORE', 'AFTER')
+{
+	my $prefix = lc($when) . '-e';
+	add_expiring_keys('app1', 10, $prefix);
+	query('app1', qq{
+		CREATE FUNCTION refuse_deletes() RETURNS trigger LANGUAGE plpgsql AS
+		  \$\$ BEGIN RAISE EXCEPTION 'deletes refused by a trigger ($when)'; END \$\$;
+		CREATE TRIGGER refuse_deletes $when DELETE ON idempotency.keys
+		  FOR EACH ROW EXECUTE FUNCTION refuse_deletes();
+	});
+	ok( $node->poll_query_until('postgres',
+			qq{SELECT last_error LIKE '%deletes refused by a trigger ($when)%' FROM idempotency_stats()}),
+		"a sweep error is reported in idempotency_stats() ($when trigger)");
+	query('app1', 'DROP TRIGGER refuse_deletes ON idempotency.keys; DROP FUNCTION refuse_deletes()');
+	expires_by_itself('app1', $prefix, "after the error the next rounds expire again ($when trigger)");
+}
 
 # DROP EXTENSION and DROP DATABASE while the worker is busy there neither
 # block for long nor fail.
