@@ -1,356 +1,46 @@
 // The SQL functions of a request's life: begin, complete, checkpoint,
-// release, forget.  Each checks its arguments, then goes to the store, then
-// builds its result.
+// release, forget.  Each checks its arguments, calls the one entry point of
+// the claims module (claims.hpp) that does what it asks, and builds its
+// result: no rule of the protocol is kept here, no key lock taken, no
+// transaction waited for.
 #include "arguments.hpp"
 #include "boundary.hpp"
-#include "errcodes.hpp"
 #include "citus.hpp"
 #include "claims.hpp"
 #include "module.hpp"
-#include "stats.hpp"
 #include "store.hpp"
 #include "unsettled.hpp"
 
 extern "C"
 {
-#include "access/detoast.h"
 #include "access/htup_details.h"
-#include "access/xact.h"
-#include "access/xlog.h"
 #include "catalog/pg_enum.h"
 #include "funcapi.h"
-#include "mb/pg_wchar.h"
-#include "miscadmin.h"
-#include "storage/latch.h"
-#include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
-#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
-#include "utils/snapmgr.h"
 #include "utils/syscache.h"
-#include "utils/timestamp.h"
 #include "utils/typcache.h"
-#include "utils/wait_event.h"
 }
 
 namespace
 {
 
 using namespace idempotency::arguments;
-using idempotency::errcode_key_completed;
-using idempotency::errcode_key_not_claimed;
-using idempotency::errcode_stale_attempt;
 using idempotency::key_for_message;
-using idempotency::RequestHash;
-using idempotency::store::Record;
+using idempotency::claims::BeginAnswer;
+using idempotency::claims::BeginRequest;
+using idempotency::claims::Outcome;
 using idempotency::store::Storage;
-using idempotency::store::Writer;
-namespace store = idempotency::store;
+namespace claims = idempotency::claims;
 namespace settings = idempotency::settings;
-
-// retry_after reported for a claim whose transaction has not committed yet:
-// its lease has not started, so there is nothing better to say.
-constexpr int64 uncommitted_retry_after_us = USECS_PER_SEC;
+namespace store = idempotency::store;
 
 // ---------------------------------------------------------------------------
 // idempotency_begin
 // ---------------------------------------------------------------------------
 
-enum class Outcome
-{
-    claimed,
-    replay,
-    in_progress,
-    mismatch
-};
 constexpr const char *outcome_labels[] = {"claimed", "replay", "in_progress", "mismatch"};
-
-// What the newest version of a key means to a caller.
-enum class KeyState
-{
-    absent,           // no row, and nobody is changing the key: claim it
-    expired,          // past its expiry: claim it as if absent
-    lease_ended,      // unfinished claim whose lease ended (committed or own): take it over
-    dead_mismatch,    // the same, for another request: taken over only when asked
-    own_claim,        // claimed by the calling transaction already
-    replay,           // completed for the same request
-    mismatch,         // held or completed for another request
-    held_uncommitted, // claimed, or being deleted, by a transaction still in progress
-    held_leased       // committed unfinished claim, lease running
-};
-
-struct BeginArgs
-{
-    store::Key key;
-    Datum request;
-    Interval *ttl;
-    Interval *lease;
-    bool lease_given; // the two-phase pattern's explicit lease
-    int64 wait_us;
-    bool has_claim_data;
-    Datum claim_data;        // jsonb, when has_claim_data
-    bool take_over_mismatch; // take over a dead claim of another request
-};
-
-KeyState classify(const Record &record, const BeginArgs &args, TimestampTz now)
-{
-    if (!record.found)
-        return record.held_by_other() ? KeyState::held_uncommitted : KeyState::absent;
-    bool same_request = idempotency::request_hash_equal(
-        record.request(), idempotency::datum_get_request_hash(args.request));
-    if (record.held_by_other())
-        return same_request ? KeyState::held_uncommitted : KeyState::mismatch;
-    if (record.writer == Writer::committed && record.expired(now))
-        return KeyState::expired;
-    // An unfinished claim whose lease has ended: committed, or this
-    // transaction's own after idempotency_release() or a dropped server
-    // error.  Answering claimed on such an own claim without renewing it
-    // would let another caller take it over once this transaction commits.
-    bool dead =
-        record.writer != Writer::other && !record.completed() && record.lease_expires_at() <= now;
-    if (!same_request)
-        return dead && args.take_over_mismatch ? KeyState::dead_mismatch : KeyState::mismatch;
-    if (record.completed())
-        return KeyState::replay;
-    if (dead)
-        return KeyState::lease_ended;
-    return record.writer == Writer::self ? KeyState::own_claim : KeyState::held_leased;
-}
-
-bool needs_claim(KeyState state)
-{
-    return state == KeyState::absent || state == KeyState::expired ||
-           state == KeyState::lease_ended || state == KeyState::dead_mismatch;
-}
-
-struct BeginAnswer
-{
-    Outcome outcome;
-    Record record;
-    int64 retry_after_us; // in_progress only
-};
-
-BeginAnswer answer(Outcome outcome, const Record &record, int64 retry_after_us = 0)
-{
-    return BeginAnswer{outcome, record, retry_after_us};
-}
-
-BeginAnswer held_by_transaction(const Record &record)
-{
-    return answer(Outcome::in_progress, record, uncommitted_retry_after_us);
-}
-
-// The answer for a state that needs no write.
-BeginAnswer answer_without_claim(KeyState state, const Record &record, TimestampTz now)
-{
-    switch (state)
-    {
-        case KeyState::replay:
-            return answer(Outcome::replay, record);
-        case KeyState::mismatch:
-            return answer(Outcome::mismatch, record);
-        case KeyState::own_claim:
-            return answer(Outcome::claimed, record);
-        case KeyState::held_leased:
-            return answer(Outcome::in_progress, record, record.lease_expires_at() - now);
-        default:
-            return held_by_transaction(record);
-    }
-}
-
-// Turns `record` into a fresh in-progress claim for this caller.  A takeover
-// after the lease ended bumps the attempt (the fencing token) and keeps the
-// recovery point -- unless the dead claim was for another request, whose
-// progress means nothing to this one; a claim over an expired record starts
-// over.
-void fill_claim(Record &record, const BeginArgs &args, KeyState state, TimestampTz now)
-{
-    if (state == KeyState::lease_ended || state == KeyState::dead_mismatch)
-    {
-        record.set(store::col_attempt, Int32GetDatum(record.attempt() + 1));
-        if (state == KeyState::dead_mismatch)
-        {
-            record.set(store::col_request, args.request);
-            record.set_null(store::col_recovery_point);
-        }
-    }
-    else
-    {
-        record.set(store::col_request, args.request);
-        record.set(store::col_created_at, TimestampTzGetDatum(now));
-        record.set(store::col_attempt, Int32GetDatum(1));
-        record.set_null(store::col_completed_at);
-        record.set_null(store::col_response_status);
-        record.set_null(store::col_recovery_point);
-        record.set_null(store::col_response_body);
-        record.set_null(store::col_response_headers);
-        record.set_null(store::col_response_body_bytes);
-    }
-    record.set(store::col_ttl, IntervalPGetDatum(args.ttl));
-    record.set(store::col_lease, IntervalPGetDatum(args.lease));
-    record.set(store::col_expires_at, TimestampTzGetDatum(plus_interval(now, args.ttl)));
-    record.set(store::col_status, CharGetDatum(store::status_in_progress));
-    record.set(store::col_lease_expires_at, TimestampTzGetDatum(plus_interval(now, args.lease)));
-    if (args.has_claim_data)
-        record.set(store::col_claim_data, args.claim_data);
-    else
-        record.set_null(store::col_claim_data);
-}
-
-// How often a caller that finds the key lock taken looks again for the
-// holder's row before answering in_progress.  The holder writes its row right
-// after taking the lock, so this only bridges microseconds -- but it lets the
-// caller see the holder's request and answer mismatch when they differ.
-constexpr int busy_rereads = 5;
-constexpr long busy_reread_pause_us = 100;
-
-// Whether a fresh claim may be deferred (claims.hpp): then complete in the
-// same transaction writes the record once.  Not a claim that is certain to
-// commit unfinished (an explicit lease outside a transaction block): its row
-// would only be written later.
-bool deferrable(const BeginArgs &args)
-{
-    return idempotency::settings::defer_claims && !(args.lease_given && !IsTransactionBlock());
-}
-
-// What the key holds now, and what that means for this caller.
-KeyState observe(Storage &storage, const BeginArgs &args, Record &record, TimestampTz &now,
-                 idempotency::claims::Ticket *ticket)
-{
-    now = GetCurrentTimestamp();
-    record = idempotency::claims::read_latest(storage, args.key, ticket);
-    return classify(record, args, now);
-}
-
-// One attempt, without waiting for a holder.  A fresh claim of an absent key
-// is arbitrated by the shared claims table (claims.hpp, rule A): one read of
-// the key, no key lock.  A takeover of an existing record, a fresh claim
-// when the table has no free slot, and every claim without the table, read
-// the key again under the key lock and decide on that (rule K).  Replays
-// and other answers take no lock and write nothing.
-BeginAnswer begin_once(Storage &storage, const BeginArgs &args)
-{
-    namespace claims = idempotency::claims;
-    bool key_locked = false;
-    BeginAnswer result;
-    for (int reread = 0;;)
-    {
-        TimestampTz now;
-        Record record;
-        claims::Ticket ticket;
-        KeyState state = observe(storage, args, record, now, &ticket);
-        if (!needs_claim(state))
-        {
-            result = answer_without_claim(state, record, now);
-            break;
-        }
-        if (state == KeyState::absent && (ticket.valid || key_locked))
-        {
-            for (int column = 0; column < store::column_count; column++)
-                record.set_null(store::Column(column));
-            fill_claim(record, args, state, now);
-            claims::Claim claim = claims::claim_absent(storage, args.key, record, deferrable(args),
-                                                       ticket, key_locked);
-            if (claim == claims::Claim::claimed)
-            {
-                result = answer(Outcome::claimed, record);
-                break;
-            }
-            if (claim == claims::Claim::held)
-            {
-                result = held_by_transaction(record);
-                break;
-            }
-            if (claim == claims::Claim::read_again)
-            {
-                CHECK_FOR_INTERRUPTS();
-                continue;
-            }
-        }
-        else if (key_locked)
-        {
-            fill_claim(record, args, state, now);
-            claims::write(storage, record);
-            result = answer(Outcome::claimed, record);
-            break;
-        }
-        if (!key_locked)
-        {
-            if (!store::lock_key(args.key, false))
-            {
-                if (reread++ == busy_rereads)
-                {
-                    result = held_by_transaction(record);
-                    break;
-                }
-                pg_usleep(busy_reread_pause_us);
-                CHECK_FOR_INTERRUPTS();
-                continue;
-            }
-            key_locked = true;
-        }
-    }
-    if (key_locked)
-        store::unlock_key(args.key);
-    return result;
-}
-
-// Waits up to `wait_us` for a key answered in_progress to settle, then
-// answers as if called afresh.  A holder whose transaction is still open is
-// waited for on its transaction id; a committed claim has no transaction to
-// wait for, so its lease is polled.  lock_timeout, when set and shorter, cuts the wait short
-// with in_progress.
-BeginAnswer wait_for_holder(Storage &storage, const BeginArgs &args, BeginAnswer result)
-{
-    constexpr long max_poll_ms = 50;
-    int64 wait_us = args.wait_us;
-    if (LockTimeout > 0 && int64(LockTimeout) * 1000 < wait_us)
-        wait_us = int64(LockTimeout) * 1000;
-    TimestampTz deadline = GetCurrentTimestamp() + wait_us;
-    long poll_ms = 1;
-    for (;;)
-    {
-        TimestampTz now = GetCurrentTimestamp();
-        if (result.outcome != Outcome::in_progress || now >= deadline)
-            return result;
-        int remaining_ms = int((deadline - now + 999) / 1000);
-        if (result.record.held_by_other())
-            (void)store::wait_for_transaction(result.record.writer_xid, remaining_ms);
-        else
-        {
-            (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-                            Min(poll_ms, long(remaining_ms)), PG_WAIT_EXTENSION);
-            ResetLatch(MyLatch);
-            CHECK_FOR_INTERRUPTS();
-            poll_ms = Min(poll_ms * 2, max_poll_ms);
-        }
-        result = begin_once(storage, args);
-    }
-}
-
-void count_answer(Outcome outcome)
-{
-    namespace stats = idempotency::stats;
-    constexpr stats::Counter counters[] = {stats::claims, stats::replays,
-                                           stats::in_progress_answers, stats::mismatches};
-    stats::add(counters[int(outcome)]);
-}
-
-BeginAnswer begin(Storage &storage, const BeginArgs &args)
-{
-    namespace stats = idempotency::stats;
-    BeginAnswer result = begin_once(storage, args);
-    if (result.outcome == Outcome::in_progress && args.wait_us > 0)
-    {
-        TimestampTz started = GetCurrentTimestamp();
-        result = wait_for_holder(storage, args, result);
-        stats::add(stats::waits);
-        stats::add(stats::wait_time_us, uint64(GetCurrentTimestamp() - started));
-    }
-    count_answer(result.outcome);
-    return result;
-}
 
 enum class ShardRead
 {
@@ -363,22 +53,16 @@ enum class ShardRead
 // of the shard, which takes no shard metadata lock (citus.hpp) and so never
 // waits behind a shard move.  Anything else needs the shard opened for
 // writing, under that lock, and the key read again there.
-ShardRead answer_from_shard_read(const BeginArgs &args, BeginAnswer *result)
+ShardRead answer_from_shard_read(const BeginRequest &request, BeginAnswer *result)
 {
     Storage storage;
-    if (!store::open_here(AccessShareLock, args.key.scope, &storage))
+    if (!store::open_here(AccessShareLock, request.key.scope, &storage))
         return ShardRead::elsewhere;
-    BeginArgs read_args = args;
-    read_args.key = store::stored_key(storage, args.key);
-    TimestampTz now;
-    Record record;
-    KeyState state = observe(storage, read_args, record, now, nullptr);
+    BeginRequest read_request = request;
+    read_request.key = store::stored_key(storage, request.key);
+    bool answered = claims::answer_from_read(storage, read_request, result);
     store::close(storage);
-    if (state != KeyState::replay && state != KeyState::mismatch)
-        return ShardRead::needs_write;
-    *result = answer_without_claim(state, record, now);
-    count_answer(result->outcome);
-    return ShardRead::answered;
+    return answered ? ShardRead::answered : ShardRead::needs_write;
 }
 
 // The OIDs of the outcome enum's labels, kept for the backend: looked up per
@@ -516,67 +200,6 @@ Datum begin_result(FunctionCallInfo fcinfo, const BeginAnswer &result)
     return HeapTupleGetDatum(row);
 }
 
-// ---------------------------------------------------------------------------
-// Writes by the holder: complete, checkpoint, release
-// ---------------------------------------------------------------------------
-
-// The key's current record, about to be written by write_claim.
-struct HeldClaim
-{
-    Record record;
-    bool locked; // holds the key lock, which write_claim lets go
-};
-
-// The key's current record, ready to be changed.  The caller's own
-// uncommitted claim, found by its address, needs no key lock: every other
-// writer sees it as in progress and keeps off until this transaction ends.
-// Otherwise (a committed record, as in the two-phase pattern, or a claim
-// this backend did not write last) the key is read under the key lock, after
-// waiting for another transaction's uncommitted change, as an UPDATE waits
-// for a concurrent one.
-HeldClaim current_record(Storage &storage, const store::Key &key)
-{
-    HeldClaim claim;
-    claim.locked = !idempotency::claims::find_own(storage, key, &claim.record);
-    while (claim.locked)
-    {
-        store::lock_key(key, true);
-        claim.record = idempotency::claims::read_latest(storage, key, nullptr);
-        if (!claim.record.held_by_other())
-            break;
-        store::unlock_key(key);
-        store::wait_for_transaction(claim.record.writer_xid);
-    }
-    return claim;
-}
-
-bool is_live(const Record &record)
-{
-    return record.found &&
-           !(record.writer == Writer::committed && record.expired(GetCurrentTimestamp()));
-}
-
-// A fenced-off holder hears IK003 before anything else: its result must
-// not be stored, and it must not undo its successor's work.
-void check_attempt(const Record &record, const store::Key &key, bool has_attempt, int32 attempt)
-{
-    if (has_attempt && attempt != record.attempt())
-        ereport(ERROR, (errcode(errcode_stale_attempt),
-                        errmsg("attempt %d of idempotency key \"%s\" is stale", attempt,
-                               key_for_message(key.key)),
-                        errdetail("The key's current attempt is %d: its lease ended and another "
-                                  "caller took it over.",
-                                  record.attempt()),
-                        errhidestmt(true)));
-}
-
-// What a completed record allows: nothing, or a fenced replacement.
-enum class Completed
-{
-    refuse,
-    replace
-};
-
 // Whether a forwarded begin's answer (a row of the call's result type) is a claim.
 bool answer_is_claim(FunctionCallInfo fcinfo, Datum answer)
 {
@@ -593,64 +216,33 @@ bool answer_is_claim(FunctionCallInfo fcinfo, Datum answer)
 // A begin whose shard Citus places on another node, run there
 // (citus::forward_call).  Its claim is noted here, where the calling
 // transaction commits, as a claim made here would be.
-Datum forwarded_begin(FunctionCallInfo fcinfo, const BeginArgs &args)
+Datum forwarded_begin(FunctionCallInfo fcinfo, const BeginRequest &request)
 {
-    Datum answer = idempotency::citus::forward_call(fcinfo, args.key.scope);
+    Datum answer = idempotency::citus::forward_call(fcinfo, request.key.scope);
     if (!fcinfo->isnull && answer_is_claim(fcinfo, answer))
-        idempotency::unsettled::note_claim(args.key, args.lease_given);
+        idempotency::unsettled::note_claim(request.key, request.lease_given);
     return answer;
 }
 
-// Returns the key's current record, or raises the documented error: IK001
-// when there is none, IK003 for a stale attempt, IK002 when it is completed
-// (unless replacing its response, which needs its attempt).
-HeldClaim held_claim(Storage &storage, const store::Key &key, bool has_attempt, int32 attempt,
-                     Completed completed = Completed::refuse)
-{
-    HeldClaim claim = current_record(storage, key);
-    const Record &record = claim.record;
-    if (!is_live(record))
-        ereport(ERROR, (errcode(errcode_key_not_claimed),
-                        errmsg("idempotency key \"%s\" is not claimed", key_for_message(key.key)),
-                        errhint("Call idempotency_begin() first."), errhidestmt(true)));
-    check_attempt(record, key, has_attempt, attempt);
-    if (record.completed() && completed == Completed::refuse)
-        ereport(ERROR,
-                (errcode(errcode_key_completed),
-                 errmsg("idempotency key \"%s\" is already completed", key_for_message(key.key)),
-                 errhidestmt(true)));
-    if (record.completed() && !has_attempt)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("replacing the response of idempotency key \"%s\" needs its attempt",
-                               key_for_message(key.key)),
-                        errhint("Pass attempt => the attempt that completed it, which a replay "
-                                "answer gives."),
-                        errhidestmt(true)));
-    return claim;
-}
+// ---------------------------------------------------------------------------
+// The holder's writes: complete, checkpoint, release, forget
+// ---------------------------------------------------------------------------
 
-void write_claim(Storage &storage, const store::Key &key, HeldClaim &claim)
-{
-    idempotency::claims::write(storage, claim.record);
-    if (claim.locked)
-        store::unlock_key(key);
-}
-
-// Whether a change settles the claim: completes or releases it.
+// Whether a change settles the claim: completes, releases or forgets it.
 enum class Settles
 {
     no,
     yes
 };
 
-// Finds the caller's in-progress claim, lets `change` edit it, and writes it
-// back: the common course of complete, checkpoint and release.  Returns
-// false when Citus places the scope's keys on another node: the call ran
-// there instead (citus::forward_call), and *forwarded is its result.
+// The common course of complete, checkpoint, release and forget: opens the
+// storage of the key's scope, lets `change` (a claims entry point) do its
+// work there, and notes a settled claim.  Returns false when Citus places
+// the scope's keys on another node: the call ran there instead
+// (citus::forward_call), and *forwarded is its result.
 template <typename Change>
-bool change_held_claim(FunctionCallInfo fcinfo, const store::Key &key_arg, bool has_attempt,
-                       int32 attempt, Settles settles, Change change, Datum *forwarded,
-                       Completed completed = Completed::refuse)
+bool change_held_claim(FunctionCallInfo fcinfo, const store::Key &key_arg, Settles settles,
+                       Change change, Datum *forwarded)
 {
     Storage storage;
     if (!store::open_here(RowExclusiveLock, key_arg.scope, &storage))
@@ -661,21 +253,27 @@ bool change_held_claim(FunctionCallInfo fcinfo, const store::Key &key_arg, bool 
         return false;
     }
     store::Key key = store::stored_key(storage, key_arg);
-    HeldClaim claim = held_claim(storage, key, has_attempt, attempt, completed);
-    change(storage, claim.record);
-    write_claim(storage, key, claim);
+    change(storage, key);
     store::close(storage);
     if (settles == Settles::yes)
         idempotency::unsettled::note_settled(key);
     return true;
 }
 
-void set_optional(Record &record, store::Column column, FunctionCallInfo fcinfo, int n)
+// An attempt argument, as the fence of a holder's write.
+claims::Fence fence_arg(FunctionCallInfo fcinfo, int n)
 {
+    claims::Fence fence = {false, 0};
+    fence.given = optional_int_arg(fcinfo, n, &fence.attempt);
+    return fence;
+}
+
+NullableDatum optional_arg(FunctionCallInfo fcinfo, int n)
+{
+    NullableDatum value = {(Datum)0, true};
     if (has_arg(fcinfo, n))
-        record.set(column, PG_GETARG_DATUM(n));
-    else
-        record.set_null(column);
+        value = {PG_GETARG_DATUM(n), false};
+    return value;
 }
 
 // Arguments of idempotency_complete, by position.
@@ -755,37 +353,58 @@ void warn_omitted(const store::Key &key, const StoredResponse &response)
              errhidestmt(true)));
 }
 
+// The checks of what the table can hold that idempotency_complete makes
+// once the claim is found to be the caller's (claims::Response): a table
+// still at 0.1.0 has no column for a body given as bytes, nor for marking a
+// body omitted, so that such a body is refused as 0.1.0 refused it.
+struct TableCheck
+{
+    FunctionCallInfo fcinfo;
+    const store::Key *key;
+    const StoredResponse *response;
+};
+
+void check_table_holds(const Storage &storage, void *arg)
+{
+    const TableCheck *check = static_cast<const TableCheck *>(arg);
+    FunctionCallInfo fcinfo = check->fcinfo;
+    if (has_arg(fcinfo, complete_body_bytes))
+        require_column(storage, store::col_response_body_bytes, "response_body_bytes");
+    if (!check->response->body && !storage.has(store::col_response_body_omitted))
+        check_stored_size(check->response->size, "response", *check->key);
+}
+
 } // namespace
 
 IDEMPOTENCY_FUNCTION(idempotency_begin)
 {
-    BeginArgs args;
-    args.key = key_args(fcinfo);
-    args.request = required_arg(fcinfo, 2, "request");
-    args.ttl = ttl_arg(fcinfo, 3);
+    BeginRequest request;
+    request.key = key_args(fcinfo);
+    request.request = required_arg(fcinfo, 2, "request");
+    request.ttl = ttl_arg(fcinfo, 3);
     Interval *lease = optional_lease_arg(fcinfo, 4);
-    args.lease_given = lease != nullptr;
-    args.lease = args.lease_given ? lease : default_lease();
-    args.wait_us = wait_arg_us(fcinfo, 5);
-    args.has_claim_data = has_arg(fcinfo, 6);
-    args.claim_data = args.has_claim_data ? PG_GETARG_DATUM(6) : (Datum)0;
-    check_stored_size(argument_bytes(fcinfo, 6), "claim_data", args.key);
-    args.take_over_mismatch = has_arg(fcinfo, 7) && PG_GETARG_BOOL(7);
+    request.lease_given = lease != nullptr;
+    request.lease = request.lease_given ? lease : default_lease();
+    request.wait_us = wait_arg_us(fcinfo, 5);
+    request.has_claim_data = has_arg(fcinfo, 6);
+    request.claim_data = request.has_claim_data ? PG_GETARG_DATUM(6) : (Datum)0;
+    check_stored_size(argument_bytes(fcinfo, 6), "claim_data", request.key);
+    request.take_over_mismatch = has_arg(fcinfo, 7) && PG_GETARG_BOOL(7);
     require_writable("idempotency_begin");
 
     if (store::keys_in_shards())
     {
         BeginAnswer read_answer;
         Datum replayed;
-        switch (answer_from_shard_read(args, &read_answer))
+        switch (answer_from_shard_read(request, &read_answer))
         {
             case ShardRead::answered:
                 return begin_result(fcinfo, read_answer);
             case ShardRead::elsewhere:
                 // During a move of that shard, a completed key is answered
                 // there without waiting for the move.
-                if (!args.take_over_mismatch &&
-                    idempotency::citus::forward_replay(fcinfo, args.key.scope, args.key.key,
+                if (!request.take_over_mismatch &&
+                    idempotency::citus::forward_replay(fcinfo, request.key.scope, request.key.key,
                                                        &replayed, answer_is_claim))
                     return replayed;
                 break;
@@ -794,15 +413,15 @@ IDEMPOTENCY_FUNCTION(idempotency_begin)
         }
     }
     Storage storage;
-    if (!store::open_here(RowExclusiveLock, args.key.scope, &storage))
-        return forwarded_begin(fcinfo, args);
-    if (args.has_claim_data)
+    if (!store::open_here(RowExclusiveLock, request.key.scope, &storage))
+        return forwarded_begin(fcinfo, request);
+    if (request.has_claim_data)
         require_column(storage, store::col_claim_data, "claim_data");
-    args.key = store::stored_key(storage, args.key);
-    BeginAnswer result = begin(storage, args);
+    request.key = store::stored_key(storage, request.key);
+    BeginAnswer result = claims::begin(storage, request);
     store::close(storage);
     if (result.outcome == Outcome::claimed)
-        idempotency::unsettled::note_claim(args.key, args.lease_given);
+        idempotency::unsettled::note_claim(request.key, request.lease_given);
     return begin_result(fcinfo, result);
 }
 
@@ -815,68 +434,42 @@ IDEMPOTENCY_FUNCTION(idempotency_complete)
                 (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                  errmsg("invalid response_status %d", status),
                  errdetail("An HTTP status code is between 100 and 599."), errhidestmt(true)));
-    StoredResponse response = response_to_store(fcinfo);
-    int32 attempt = 0;
-    bool has_attempt = optional_int_arg(fcinfo, complete_attempt, &attempt);
+    StoredResponse stored = response_to_store(fcinfo);
+    claims::Fence fence = fence_arg(fcinfo, complete_attempt);
     bool replace = has_arg(fcinfo, complete_replace) && PG_GETARG_BOOL(complete_replace);
     require_writable("idempotency_complete");
 
     bool store_response = status < 500 || settings::store_server_errors;
     if (store_response)
-        refuse_oversized(fcinfo, key, response);
+        refuse_oversized(fcinfo, key, stored);
     if (replace && !store_response)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("a response with status %d cannot replace a stored one", status),
                         errdetail("Server errors are not stored while "
                                   "idempotency.store_server_errors is off."),
                         errhidestmt(true)));
-    bool replaced = false;
-    auto complete = [&](const Storage &storage, Record &record) {
-        TimestampTz now = GetCurrentTimestamp();
-        if (!store_response)
-        {
-            // A server error is transient: drop the claim so that a retry runs again.
-            record.set(store::col_lease_expires_at, TimestampTzGetDatum(now));
-            return;
-        }
-        replaced = record.completed();
-        if (has_arg(fcinfo, complete_body_bytes))
-            require_column(storage, store::col_response_body_bytes, "response_body_bytes");
-        if (!response.body && !storage.has(store::col_response_body_omitted))
-            check_stored_size(response.size, "response", key); // 0.1.0 refused it
-        record.set(store::col_status, CharGetDatum(store::status_completed));
-        record.set(store::col_completed_at, TimestampTzGetDatum(now));
-        record.set(store::col_expires_at,
-                   TimestampTzGetDatum(
-                       plus_interval(now, DatumGetIntervalP(record.values[store::col_ttl]))));
-        // A completed record has no lease: 16 bytes less in every stored row.
-        record.set_null(store::col_lease_expires_at);
-        record.set_null(store::col_lease);
-        record.set(store::col_response_status, Int32GetDatum(status));
-        record.set_null(store::col_response_body);
-        record.set_null(store::col_response_body_bytes);
-        record.set_null(store::col_response_headers);
-        if (response.body)
-        {
-            set_optional(record, store::col_response_body, fcinfo, complete_body);
-            set_optional(record, store::col_response_body_bytes, fcinfo, complete_body_bytes);
-        }
-        if (response.headers)
-            set_optional(record, store::col_response_headers, fcinfo, complete_headers);
-        record.set(store::col_response_body_omitted, BoolGetDatum(!response.body));
-    };
+    TableCheck check = {fcinfo, &key, &stored};
+    claims::Response response;
+    response.status = status;
+    response.stored = store_response;
+    response.replace = replace;
+    response.body = optional_arg(fcinfo, complete_body);
+    response.body_bytes = optional_arg(fcinfo, complete_body_bytes);
+    response.headers = optional_arg(fcinfo, complete_headers);
+    response.body_kept = stored.body;
+    response.headers_kept = stored.headers;
+    response.check_table = check_table_holds;
+    response.check_arg = &check;
     Datum forwarded;
-    if (!change_held_claim(fcinfo, key, has_attempt, attempt, Settles::yes, complete, &forwarded,
-                           replace ? Completed::replace : Completed::refuse))
+    if (!change_held_claim(
+            fcinfo, key, Settles::yes,
+            [&](Storage &storage, const store::Key &stored_key) {
+                (void)claims::complete(storage, stored_key, fence, response);
+            },
+            &forwarded))
         return forwarded;
-    if (store_response && !response.body)
-        warn_omitted(key, response);
-    namespace stats = idempotency::stats;
-    stats::add_if_committed(!store_response ? stats::server_errors_dropped
-                            : replaced      ? stats::responses_replaced
-                                            : stats::completes);
-    if (store_response && !response.body)
-        stats::add_if_committed(stats::responses_omitted);
+    if (store_response && !stored.body)
+        warn_omitted(key, stored);
     PG_RETURN_BOOL(store_response);
 }
 
@@ -885,90 +478,56 @@ IDEMPOTENCY_FUNCTION(idempotency_checkpoint)
     store::Key key = key_args(fcinfo);
     check_stored_size(argument_bytes(fcinfo, 2), "recovery_point", key);
     Interval *lease = optional_lease_arg(fcinfo, 3);
-    int32 attempt = 0;
-    bool has_attempt = optional_int_arg(fcinfo, 4, &attempt);
+    claims::Fence fence = fence_arg(fcinfo, 4);
     require_writable("idempotency_checkpoint");
 
     TimestampTz lease_end;
     Datum forwarded;
     if (!change_held_claim(
-            fcinfo, key, has_attempt, attempt, Settles::no,
-            [&](const Storage &, Record &record) {
-                // Without a lease, the claim's own lease length, as begin set it.
-                if (lease == nullptr)
-                    lease = record.nulls[store::col_lease]
-                                ? default_lease()
-                                : DatumGetIntervalP(record.values[store::col_lease]);
-                lease_end = plus_interval(GetCurrentTimestamp(), lease);
-                // A NULL recovery point is a plain heartbeat: the last one is kept.
-                if (has_arg(fcinfo, 2))
-                    record.set(store::col_recovery_point, PG_GETARG_DATUM(2));
-                record.set(store::col_lease_expires_at, TimestampTzGetDatum(lease_end));
+            fcinfo, key, Settles::no,
+            [&](Storage &storage, const store::Key &stored_key) {
+                lease_end = claims::checkpoint(storage, stored_key, fence, optional_arg(fcinfo, 2),
+                                               lease, default_lease());
             },
             &forwarded))
         return forwarded;
-    idempotency::stats::add_if_committed(idempotency::stats::checkpoints);
     PG_RETURN_TIMESTAMPTZ(lease_end);
 }
 
 IDEMPOTENCY_FUNCTION(idempotency_release)
 {
     store::Key key = key_args(fcinfo);
-    int32 attempt = 0;
-    bool has_attempt = optional_int_arg(fcinfo, 2, &attempt);
+    claims::Fence fence = fence_arg(fcinfo, 2);
     require_writable("idempotency_release");
 
     Datum forwarded;
     if (!change_held_claim(
-            fcinfo, key, has_attempt, attempt, Settles::yes,
-            [](const Storage &, Record &record) {
-                record.set(store::col_lease_expires_at, TimestampTzGetDatum(GetCurrentTimestamp()));
+            fcinfo, key, Settles::yes,
+            [&](Storage &storage, const store::Key &stored_key) {
+                claims::release(storage, stored_key, fence);
             },
             &forwarded))
         return forwarded;
-    idempotency::stats::add_if_committed(idempotency::stats::releases);
     PG_RETURN_VOID();
 }
 
-// Deletes the key's record: a completed one, or an unfinished claim.  An
-// unfinished claim of another transaction is fenced like a completion: only
-// with its attempt, so that a caller never undoes a successor's claim.
-// Returns whether there was a live record to delete.
+// Deletes the key's record: a completed one, or an unfinished claim (an
+// unfinished claim of another transaction only with its attempt).  Returns
+// whether there was a live record to delete.
 IDEMPOTENCY_FUNCTION(idempotency_forget)
 {
     store::Key key = key_args(fcinfo);
-    int32 attempt = 0;
-    bool has_attempt = optional_int_arg(fcinfo, 2, &attempt);
+    claims::Fence fence = fence_arg(fcinfo, 2);
     require_writable("idempotency_forget");
 
-    Storage storage;
-    if (!store::open_here(RowExclusiveLock, key.scope, &storage))
-    {
-        Datum forwarded = idempotency::citus::forward_call(fcinfo, key.scope);
-        idempotency::unsettled::note_settled(key);
+    bool forgotten = false;
+    Datum forwarded;
+    if (!change_held_claim(
+            fcinfo, key, Settles::yes,
+            [&](Storage &storage, const store::Key &stored_key) {
+                forgotten = claims::forget(storage, stored_key, fence);
+            },
+            &forwarded))
         return forwarded;
-    }
-    key = store::stored_key(storage, key);
-    HeldClaim claim = current_record(storage, key);
-    const Record &record = claim.record;
-    bool forgotten = is_live(record);
-    if (forgotten)
-    {
-        check_attempt(record, key, has_attempt, attempt);
-        if (!record.completed() && record.writer != Writer::self && !has_attempt)
-            ereport(ERROR, (errcode(ERRCODE_OBJECT_IN_USE),
-                            errmsg("idempotency key \"%s\" is claimed and not completed",
-                                   key_for_message(key.key)),
-                            errhint("Pass attempt => the claim's attempt to forget it; "
-                                    "idempotency_lookup() shows it."),
-                            errhidestmt(true)));
-        idempotency::claims::remove(storage, record);
-    }
-    if (claim.locked)
-        store::unlock_key(key);
-    store::close(storage);
-    idempotency::unsettled::note_settled(key);
-    if (forgotten)
-        idempotency::stats::add_if_committed(idempotency::stats::forgets);
     PG_RETURN_BOOL(forgotten);
 }

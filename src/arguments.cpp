@@ -1,6 +1,7 @@
 // Arguments of the SQL functions; see arguments.hpp.
 #include "arguments.hpp"
 #include "boundary.hpp"
+#include "claims.hpp"
 #include "errcodes.hpp"
 #include "module.hpp"
 
@@ -166,7 +167,7 @@ static Interval *optional_duration_arg(FunctionCallInfo fcinfo, int n, const cha
 }
 
 // A ttl or lease argument, nullptr when not given.  Added to a time with
-// calendar arithmetic (timestamptz + interval), so it is checked by its
+// calendar arithmetic (claims::plus_interval), so it is checked by its
 // effect: the end must lie after now, and at most 3650 days after it.  And
 // no part may be negative: a month is 28 to 31 days and a day 23 to 25 hours,
 // so a mix of signs can end after its start on one date and before it on
@@ -185,7 +186,7 @@ static Interval *optional_span_arg(FunctionCallInfo fcinfo, int n, const char *n
     TimestampTz now = GetCurrentTimestamp();
     TimestampTz end = interval_span_us(interval) > 2 * (__int128)max_ttl_or_lease_us
                           ? DT_NOEND
-                          : plus_interval(now, interval);
+                          : claims::plus_interval(now, interval);
     if (end <= now || end > now + max_ttl_or_lease_us)
         report_bad_interval(name, interval,
                             "%s must end after now and at most 3650 days after it.");
@@ -235,12 +236,6 @@ void require_writable(const char *function)
         ereport(ERROR, (errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
                         errmsg("cannot call %s() in a read-only transaction", function),
                         errhidestmt(true)));
-}
-
-TimestampTz plus_interval(TimestampTz t, const Interval *interval)
-{
-    return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(t),
-                                                   IntervalPGetDatum(interval)));
 }
 
 // The uncompressed size of a varlena argument, 0 when not given.

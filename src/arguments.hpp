@@ -58,7 +58,6 @@ Interval *ttl_arg(FunctionCallInfo fcinfo, int n);
 Interval *optional_lease_arg(FunctionCallInfo fcinfo, int n); // nullptr when not given
 Interval *default_lease();
 int64 wait_arg_us(FunctionCallInfo fcinfo, int n);
-TimestampTz plus_interval(TimestampTz t, const Interval *interval);
 
 // 25006 on a standby or in a read-only transaction.
 void require_writable(const char *function);

@@ -1,787 +1,557 @@
-// The claim protocol; see claims.hpp for the invariant and why each rule
-// keeps it.  The rule a piece of code keeps is named in its comment.
+// A record's life, from the decision of a begin to its end: see claims.hpp
+// for the rules.  The rule a piece of code keeps is named in its comment;
+// the shared claims table below it is shared_claims.cpp.
 #include "claims.hpp"
 #include "boundary.hpp"
 #include "module.hpp"
+#include "shared_claims.hpp"
 #include "stats.hpp"
-#include "unsettled.hpp"
 
 extern "C"
 {
 #include "access/xact.h"
-#include "commands/trigger.h"
-#include "common/hashfn.h"
 #include "miscadmin.h"
-#include "storage/ipc.h"
-#include "storage/lock.h"
-#include "storage/lwlock.h"
-#include "storage/procarray.h"
-#include "storage/shmem.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
 #include "utils/builtins.h"
-#include "utils/hsearch.h"
-#include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
 }
 
 namespace idempotency::claims
 {
 
-// A key's identity in the shared table, which every database shares: the
-// database, the tenant and a 128-bit hash of scope and key (see "Entries
-// are found by a 128-bit hash" in claims.hpp).
-struct Tag
+using store::Record;
+using store::Storage;
+using store::Writer;
+
+TimestampTz plus_interval(TimestampTz t, const Interval *interval)
 {
-    Oid database;
-    Oid tenant;
-    uint64 hash[2];
-};
-// The shared table's key: dynahash copies it with memcpy and, with no match
-// function given, compares keys with memcmp, so a padding byte (whose value
-// nothing sets) could make one key two.
-static_assert(fits_postgres_memory<Tag> && std::has_unique_object_representations_v<Tag>,
-              "a Tag is a memcmp-compared dynahash key: plain bytes, no padding");
+    return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(t),
+                                                   IntervalPGetDatum(interval)));
+}
 
-// Who holds a claim (rule O).
-struct Owner
+// Rule E: a record past its expiry is as good as absent -- unless it is an
+// unfinished claim whose lease still runs.
+bool expired(const Record &record, TimestampTz now)
 {
-    TransactionId xid; // the (sub)transaction that made the claim
-    TransactionId top; // its top-level transaction
+    return record.expires_at() <= now && (record.completed() || record.lease_expires_at() <= now);
+}
 
-    bool operator==(const Owner &other) const { return xid == other.xid && top == other.top; }
-};
-
-// What another transaction needs to answer for the claim (as_held).
-struct Entry
+bool live(const Record &record, TimestampTz now)
 {
-    Tag tag; // the hash key: first
-    Owner owner;
-    // The claim's row was written by the claiming subtransaction right after
-    // the entry: the row says all the entry says and more (claim data), and
-    // lives exactly as long (rule O), so readers read it instead.
-    bool row_written;
-    RequestHash request;
-    TimestampTz created_at;
-};
-// In shared memory (a dynahash entry), which hands it out uninitialised, is
-// never destroyed and is copied out by readers (live_other_entry).
-static_assert(fits_postgres_memory<Entry>, "an Entry lives in shared memory");
-
-// This transaction's record of its fresh claim of a key (rule 1), with all
-// a deferred claim's row needs.
-struct OwnClaim
-{
-    Tag tag;
-    Owner owner;
-    Datum scope; // text, in TopTransactionContext
-    Datum key;
-    SubTransactionId made_in;
-    SubTransactionId written_in; // InvalidSubTransactionId while not written
-    RequestHash request;
-    TimestampTz created_at;
-    TimestampTz expires_at;
-    TimestampTz lease_expires_at;
-    Interval ttl;
-    Interval lease;
-
-    bool written() const { return written_in != InvalidSubTransactionId; }
-};
-// An array in TopMemoryContext, grown with repalloc (which copies bytes) and
-// forgotten at transaction end without a destructor call.
-static_assert(fits_postgres_memory<OwnClaim>, "an OwnClaim lives in palloc'd memory");
-
-// Lock partitions of the shared table (a power of two, as dynahash wants),
-// and the buckets of rule A: each bucket belongs to the partition whose lock
-// also covers its entries (bucket % partitions == partition).
-constexpr int partitions = 16;
-constexpr int buckets = 1024;
-static_assert(buckets % partitions == 0, "a bucket lies in one partition");
-// Slots one transaction may hold; its later fresh claims take the key lock.
-constexpr int own_claims_max = 64;
-constexpr const char *table_name = "idempotency claims";
-constexpr const char *state_name = "idempotency claims state";
-// A partitioned dynahash gives each of its 32 free lists at least one entry,
-// so a smaller table holds 32 entries: the limit is kept by `in_use`.
-constexpr long dynahash_free_lists = 32;
-
-struct SharedState
-{
-    pg_atomic_uint32 in_use; // entries in `table`, at most max_deferred_claims
-    pg_atomic_uint64 generations[buckets];
-};
-// From ShmemInitStruct: raw shared memory, initialised by hand
-// (attach_shared_memory), never destroyed.
-static_assert(fits_postgres_memory<SharedState>, "SharedState lives in shared memory");
-
-static HTAB *table = nullptr;         // null unless preloaded with slots
-static LWLockPadded *locks = nullptr; // one per partition
-static SharedState *shared = nullptr;
-static OwnClaim *own = nullptr; // this transaction's, in TopMemoryContext
-static int own_count = 0;
-static int own_capacity = 0;
+    return record.found && !(record.writer == Writer::committed && expired(record, now));
+}
 
 // ---------------------------------------------------------------------------
-// Tags and the shared table
+// What a begin finds, and what it may do about it
 // ---------------------------------------------------------------------------
 
-static uint32 tag_hash(const void *key, Size)
-{
-    return uint32(static_cast<const Tag *>(key)->hash[0]);
-}
+// retry_after reported for a claim whose transaction has not committed yet:
+// its lease has not started, so there is nothing better to say.
+constexpr int64 uncommitted_retry_after_us = USECS_PER_SEC;
 
-static Tag make_tag(const store::Key &key)
+// What the newest version of a key means to a caller (the states of
+// claims.hpp).
+enum class KeyState
 {
-    const text *scope = DatumGetTextPP(key.scope);
-    const text *name = DatumGetTextPP(key.key);
-    int scope_bytes = VARSIZE_ANY_EXHDR(scope);
-    int key_bytes = VARSIZE_ANY_EXHDR(name);
-    Tag tag;
-    tag.database = MyDatabaseId;
-    tag.tenant = key.tenant;
-    // Two hashes with different seeds; the scope's length seeds the key's
-    // part, so that ("ab", "c") and ("a", "bc") differ.
-    for (int i = 0; i < 2; i++)
-    {
-        uint64 seed = (uint64(tag.database) << 32 | tag.tenant) + uint64(i) * 0x9e3779b97f4a7c15;
-        uint64 part = hash_bytes_extended(
-            reinterpret_cast<const unsigned char *>(VARDATA_ANY(scope)), scope_bytes, seed);
-        tag.hash[i] =
-            hash_bytes_extended(reinterpret_cast<const unsigned char *>(VARDATA_ANY(name)),
-                                key_bytes, part + uint64(scope_bytes));
-    }
-    return tag;
-}
-
-static bool same_tag(const Tag &a, const Tag &b)
-{
-    return a.database == b.database && a.tenant == b.tenant && a.hash[0] == b.hash[0] &&
-           a.hash[1] == b.hash[1];
-}
-
-static LWLock *partition_lock(const Tag &tag)
-{
-    return &locks[tag_hash(&tag, sizeof(Tag)) % partitions].lock;
-}
-
-static pg_atomic_uint64 *generation_of(const Tag &tag)
-{
-    return &shared->generations[tag_hash(&tag, sizeof(Tag)) % buckets];
-}
-
-static long table_entries()
-{
-    return Max(long(settings::max_deferred_claims), dynahash_free_lists);
-}
-
-static Size table_size()
-{
-    return add_size(hash_estimate_size(table_entries(), sizeof(Entry)), sizeof(SharedState));
-}
-
-void reserve_shared_memory()
-{
-    if (settings::max_deferred_claims == 0)
-        return;
-    RequestAddinShmemSpace(table_size());
-    RequestNamedLWLockTranche(table_name, partitions);
-}
-
-void attach_shared_memory()
-{
-    if (settings::max_deferred_claims == 0)
-        return;
-    HASHCTL info;
-    info.keysize = sizeof(Tag);
-    info.entrysize = sizeof(Entry);
-    info.hash = tag_hash;
-    info.num_partitions = partitions;
-    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-    // A fixed size: a full table refuses new entries (HASH_ENTER_NULL)
-    // instead of taking shared memory meant for others.
-    table = ShmemInitHash(table_name, table_entries(), table_entries(), &info,
-                          HASH_ELEM | HASH_FUNCTION | HASH_PARTITION | HASH_FIXED_SIZE);
-    bool found;
-    shared = static_cast<SharedState *>(ShmemInitStruct(state_name, sizeof(SharedState), &found));
-    if (!found)
-    {
-        pg_atomic_init_u32(&shared->in_use, 0);
-        for (pg_atomic_uint64 &generation : shared->generations)
-            pg_atomic_init_u64(&generation, 0);
-    }
-    locks = GetNamedLWLockTranche(table_name);
-    LWLockRelease(AddinShmemInitLock);
-}
-
-static Entry *find_entry(const Tag &tag)
-{
-    return static_cast<Entry *>(
-        hash_search_with_hash_value(table, &tag, tag_hash(&tag, sizeof(Tag)), HASH_FIND, nullptr));
-}
-
-// Rule O: live while its owner is in progress, as the procarray says now.
-static bool live(const Entry &entry)
-{
-    return TransactionIdIsInProgress(entry.owner.xid);
-}
-
-// A live entry of `tag` that belongs to another transaction, copied: the
-// caller holds the partition lock.  (The procarray's locks nest inside it;
-// nothing takes them the other way round.)
-static bool live_other_entry(const Tag &tag, Entry *copy)
-{
-    Entry *entry = find_entry(tag);
-    if (entry == nullptr || !live(*entry) || TransactionIdIsCurrentTransactionId(entry->owner.xid))
-        return false;
-    *copy = *entry;
-    return true;
-}
-
-enum class Published
-{
-    yes,
-    changed, // the bucket's generation moved since the ticket (rule A)
-    held,    // a live entry of another transaction is there
-    no_room  // no free slot
+    absent,           // no row, and nobody is changing the key: claim it
+    expired,          // past its expiry: claim it as if absent (E)
+    lease_ended,      // unfinished claim whose lease ended (committed or own): take it over (T)
+    dead_mismatch,    // the same, for another request: taken over only when asked (T)
+    own_claim,        // claimed by the calling transaction already
+    replay,           // completed for the same request
+    mismatch,         // held or completed for another request
+    held_uncommitted, // claimed, or being deleted, by a transaction still in progress
+    held_leased       // committed unfinished claim, lease running
 };
 
-// Rule A: puts `claim`'s entry in the table if nothing was published in the
-// key's bucket since `ticket`, over no entry or a dead one, and bumps the
-// bucket's generation.
-static Published publish_entry(const OwnClaim &claim, const Ticket &ticket, Entry *holder)
+static KeyState classify(const Record &record, const BeginRequest &request, TimestampTz now)
 {
-    LWLock *lock = partition_lock(claim.tag);
-    LWLockAcquire(lock, LW_EXCLUSIVE);
-    Published result = Published::yes;
-    pg_atomic_uint64 *generation = generation_of(claim.tag);
-    if (pg_atomic_read_u64(generation) != ticket.generation)
-        result = Published::changed;
-    else if (live_other_entry(claim.tag, holder))
-        result = Published::held;
+    if (!record.found)
+        return record.held_by_other() ? KeyState::held_uncommitted : KeyState::absent;
+    bool same_request =
+        request_hash_equal(record.request(), datum_get_request_hash(request.request));
+    if (record.held_by_other())
+        return same_request ? KeyState::held_uncommitted : KeyState::mismatch;
+    if (record.writer == Writer::committed && expired(record, now))
+        return KeyState::expired;
+    // Rule T: an unfinished claim whose lease has ended, committed or this
+    // transaction's own after idempotency_release() or a dropped server
+    // error.  Answering claimed on such an own claim without renewing it
+    // would let another caller take it over once this transaction commits.
+    bool dead =
+        record.writer != Writer::other && !record.completed() && record.lease_expires_at() <= now;
+    if (!same_request)
+        return dead && request.take_over_mismatch ? KeyState::dead_mismatch : KeyState::mismatch;
+    if (record.completed())
+        return KeyState::replay;
+    if (dead)
+        return KeyState::lease_ended;
+    return record.writer == Writer::self ? KeyState::own_claim : KeyState::held_leased;
+}
+
+static bool needs_claim(KeyState state)
+{
+    return state == KeyState::absent || state == KeyState::expired ||
+           state == KeyState::lease_ended || state == KeyState::dead_mismatch;
+}
+
+static BeginAnswer answer(Outcome outcome, const Record &record, int64 retry_after_us = 0)
+{
+    return BeginAnswer{outcome, record, retry_after_us};
+}
+
+static BeginAnswer held_by_transaction(const Record &record)
+{
+    return answer(Outcome::in_progress, record, uncommitted_retry_after_us);
+}
+
+// The answer for a state that needs no write.
+static BeginAnswer answer_without_claim(KeyState state, const Record &record, TimestampTz now)
+{
+    switch (state)
+    {
+        case KeyState::replay:
+            return answer(Outcome::replay, record);
+        case KeyState::mismatch:
+            return answer(Outcome::mismatch, record);
+        case KeyState::own_claim:
+            return answer(Outcome::claimed, record);
+        case KeyState::held_leased:
+            return answer(Outcome::in_progress, record, record.lease_expires_at() - now);
+        default:
+            return held_by_transaction(record);
+    }
+}
+
+// Turns `record` into a fresh in-progress claim for this caller.  Rule T: a
+// takeover after the lease ended bumps the attempt (the fencing token) and
+// keeps the recovery point -- unless the dead claim was for another request,
+// whose progress means nothing to this one; a claim over an expired record
+// starts over.
+static void fill_claim(Record &record, const BeginRequest &request, KeyState state, TimestampTz now)
+{
+    if (state == KeyState::lease_ended || state == KeyState::dead_mismatch)
+    {
+        record.set(store::col_attempt, Int32GetDatum(record.attempt() + 1));
+        if (state == KeyState::dead_mismatch)
+        {
+            record.set(store::col_request, request.request);
+            record.set_null(store::col_recovery_point);
+        }
+    }
     else
     {
-        Entry *entry = find_entry(claim.tag);
-        if (entry == nullptr)
+        record.set(store::col_request, request.request);
+        record.set(store::col_created_at, TimestampTzGetDatum(now));
+        record.set(store::col_attempt, Int32GetDatum(1));
+        record.set_null(store::col_completed_at);
+        record.set_null(store::col_response_status);
+        record.set_null(store::col_recovery_point);
+        record.set_null(store::col_response_body);
+        record.set_null(store::col_response_headers);
+        record.set_null(store::col_response_body_bytes);
+    }
+    record.set(store::col_ttl, IntervalPGetDatum(request.ttl));
+    record.set(store::col_lease, IntervalPGetDatum(request.lease));
+    record.set(store::col_expires_at, TimestampTzGetDatum(plus_interval(now, request.ttl)));
+    record.set(store::col_status, CharGetDatum(store::status_in_progress));
+    record.set(store::col_lease_expires_at, TimestampTzGetDatum(plus_interval(now, request.lease)));
+    if (request.has_claim_data)
+        record.set(store::col_claim_data, request.claim_data);
+    else
+        record.set_null(store::col_claim_data);
+}
+
+// How often a caller that finds the key lock taken looks again for the
+// holder's row before answering in_progress.  The holder writes its row right
+// after taking the lock, so this only bridges microseconds -- but it lets the
+// caller see the holder's request and answer mismatch when they differ.
+constexpr int busy_rereads = 5;
+constexpr long busy_reread_pause_us = 100;
+
+// Whether a fresh claim may be deferred (claims.hpp): then complete in the
+// same transaction writes the record once.  Not a claim that is certain to
+// commit unfinished (an explicit lease outside a transaction block): its row
+// would only be written later.
+static bool deferrable(const BeginRequest &request)
+{
+    return settings::defer_claims && !(request.lease_given && !IsTransactionBlock());
+}
+
+// What the key holds now, and what that means for this caller.
+static KeyState observe(const Storage &storage, const BeginRequest &request, Record &record,
+                        TimestampTz &now, Ticket *ticket)
+{
+    now = GetCurrentTimestamp();
+    record = read_latest(storage, request.key, ticket);
+    return classify(record, request, now);
+}
+
+// One attempt, without waiting for a holder.  A fresh claim of an absent key
+// is arbitrated by the shared claims table (rule A): one read of the key, no
+// key lock.  A takeover of an existing record, a fresh claim when the table
+// has no free slot, and every claim without the table, read the key again
+// under the key lock and decide on that (rule K).  Replays and other answers
+// take no lock and write nothing.
+static BeginAnswer begin_once(Storage &storage, const BeginRequest &request)
+{
+    bool key_locked = false;
+    BeginAnswer result;
+    for (int reread = 0;;)
+    {
+        TimestampTz now;
+        Record record;
+        Ticket ticket;
+        KeyState state = observe(storage, request, record, now, &ticket);
+        if (!needs_claim(state))
         {
-            // A new entry takes a slot: at most max_deferred_claims are in use.
-            bool found;
-            if (pg_atomic_fetch_add_u32(&shared->in_use, 1) < uint32(settings::max_deferred_claims))
-                entry = static_cast<Entry *>(hash_search_with_hash_value(
-                    table, &claim.tag, tag_hash(&claim.tag, 0), HASH_ENTER_NULL, &found));
-            if (entry == nullptr)
+            result = answer_without_claim(state, record, now);
+            break;
+        }
+        if (state == KeyState::absent && (ticket.valid || key_locked))
+        {
+            for (int column = 0; column < store::column_count; column++)
+                record.set_null(store::Column(column));
+            fill_claim(record, request, state, now);
+            Claim claim =
+                claim_absent(storage, request.key, record, deferrable(request), ticket, key_locked);
+            if (claim == Claim::claimed)
             {
-                pg_atomic_fetch_sub_u32(&shared->in_use, 1);
-                result = Published::no_room;
+                result = answer(Outcome::claimed, record);
+                break;
+            }
+            if (claim == Claim::held)
+            {
+                result = held_by_transaction(record);
+                break;
+            }
+            if (claim == Claim::read_again)
+            {
+                CHECK_FOR_INTERRUPTS();
+                continue;
             }
         }
-        if (entry != nullptr)
+        else if (key_locked)
         {
-            entry->owner = claim.owner;
-            entry->row_written = false;
-            entry->request = claim.request;
-            entry->created_at = claim.created_at;
-            pg_atomic_fetch_add_u64(generation, 1);
+            // Rules K and T: decided under the key lock.
+            fill_claim(record, request, state, now);
+            write(storage, record);
+            result = answer(Outcome::claimed, record);
+            break;
+        }
+        if (!key_locked)
+        {
+            if (!store::lock_key(request.key, false))
+            {
+                if (reread++ == busy_rereads)
+                {
+                    result = held_by_transaction(record);
+                    break;
+                }
+                pg_usleep(busy_reread_pause_us);
+                CHECK_FOR_INTERRUPTS();
+                continue;
+            }
+            key_locked = true;
         }
     }
-    LWLockRelease(lock);
+    if (key_locked)
+        store::unlock_key(request.key);
     return result;
 }
 
-// Rule F, after the row is written: bumps the bucket's generation, and
-// reports a live entry that another transaction published meanwhile.
-static bool published_meanwhile(const Tag &tag, Entry *holder)
+// Rule W: waits up to `wait_us` for a key answered in_progress to settle,
+// then answers as if called afresh.  A holder whose transaction is still
+// open is waited for on its transaction id; a committed claim has no
+// transaction to wait for, so its lease is polled.  lock_timeout, when set
+// and shorter, cuts the wait short with in_progress.  begin_once has let its
+// key lock go.
+static BeginAnswer wait_for_holder(Storage &storage, const BeginRequest &request,
+                                   BeginAnswer result)
 {
-    LWLock *lock = partition_lock(tag);
-    LWLockAcquire(lock, LW_EXCLUSIVE);
-    pg_atomic_fetch_add_u64(generation_of(tag), 1);
-    bool held = live_other_entry(tag, holder);
-    LWLockRelease(lock);
-    return held;
-}
-
-// After the claiming subtransaction wrote the claim's row: readers read it.
-static void note_row_written(const OwnClaim &claim)
-{
-    LWLock *lock = partition_lock(claim.tag);
-    LWLockAcquire(lock, LW_EXCLUSIVE);
-    Entry *entry = find_entry(claim.tag);
-    if (entry != nullptr && entry->owner == claim.owner)
-        entry->row_written = true;
-    LWLockRelease(lock);
-}
-
-// Rule C: removes the entry of `claim` if `claim` still owns it.
-static void remove_entry(const OwnClaim &claim)
-{
-    LWLock *lock = partition_lock(claim.tag);
-    LWLockAcquire(lock, LW_EXCLUSIVE);
-    Entry *entry = find_entry(claim.tag);
-    if (entry != nullptr && entry->owner == claim.owner)
+    constexpr long max_poll_ms = 50;
+    int64 wait_us = request.wait_us;
+    if (LockTimeout > 0 && int64(LockTimeout) * 1000 < wait_us)
+        wait_us = int64(LockTimeout) * 1000;
+    TimestampTz deadline = GetCurrentTimestamp() + wait_us;
+    long poll_ms = 1;
+    for (;;)
     {
-        hash_search_with_hash_value(table, &claim.tag, tag_hash(&claim.tag, 0), HASH_REMOVE,
-                                    nullptr);
-        pg_atomic_fetch_sub_u32(&shared->in_use, 1);
+        TimestampTz now = GetCurrentTimestamp();
+        if (result.outcome != Outcome::in_progress || now >= deadline)
+            return result;
+        int remaining_ms = int((deadline - now + 999) / 1000);
+        if (result.record.held_by_other())
+            (void)store::wait_for_transaction(result.record.writer_xid, remaining_ms);
+        else
+        {
+            (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                            Min(poll_ms, long(remaining_ms)), PG_WAIT_EXTENSION);
+            ResetLatch(MyLatch);
+            CHECK_FOR_INTERRUPTS();
+            poll_ms = Min(poll_ms * 2, max_poll_ms);
+        }
+        result = begin_once(storage, request);
     }
-    LWLockRelease(lock);
 }
 
-// ---------------------------------------------------------------------------
-// This transaction's own records
-// ---------------------------------------------------------------------------
-
-static void remove_own(int index)
+static void count_answer(Outcome outcome)
 {
-    remove_entry(own[index]);
-    own[index] = own[--own_count];
+    constexpr stats::Counter counters[] = {stats::claims, stats::replays,
+                                           stats::in_progress_answers, stats::mismatches};
+    stats::add(counters[int(outcome)]);
 }
 
-static void remove_all_own()
+BeginAnswer begin(Storage &storage, const BeginRequest &request)
 {
-    while (own_count > 0)
-        remove_own(own_count - 1);
-}
-
-// Key columns compare byte-wise, as the primary key does.
-static bool same_text(Datum a, Datum b)
-{
-    const text *x = DatumGetTextPP(a);
-    const text *y = DatumGetTextPP(b);
-    return VARSIZE_ANY_EXHDR(x) == VARSIZE_ANY_EXHDR(y) &&
-           memcmp(VARDATA_ANY(x), VARDATA_ANY(y), VARSIZE_ANY_EXHDR(x)) == 0;
-}
-
-static int find_own_index(const Tag &tag, const store::Key &key)
-{
-    for (int i = 0; i < own_count; i++)
-        if (same_tag(own[i].tag, tag) && same_text(own[i].scope, key.scope) &&
-            same_text(own[i].key, key.key))
-            return i;
-    return -1;
-}
-
-template <typename T> static Datum copy_datum(const T &value)
-{
-    // The copy is freed with its memory context, never destroyed.
-    static_assert(fits_postgres_memory<T>, "a Datum's value lives in palloc'd memory");
-    T *copy = static_cast<T *>(palloc(sizeof(T)));
-    *copy = value;
-    return PointerGetDatum(copy);
-}
-
-static store::Key key_of(const OwnClaim &claim)
-{
-    return store::Key{claim.tag.tenant, claim.scope, claim.key};
-}
-
-// What every fresh claim's row says: an in-progress claim, attempt 1.
-static store::Record claim_record(const store::Key &key, const RequestHash &request,
-                                  TimestampTz created_at)
-{
-    store::Record record;
-    record.found = true;
-    record.deferred = true;
-    ItemPointerSetInvalid(&record.tid);
-    for (int column = 0; column < store::column_count; column++)
-        record.set_null(store::Column(column));
-    record.set(store::col_tenant, ObjectIdGetDatum(key.tenant));
-    record.set(store::col_scope, key.scope);
-    record.set(store::col_key, key.key);
-    record.set(store::col_request, copy_datum(request));
-    record.set(store::col_created_at, TimestampTzGetDatum(created_at));
-    record.set(store::col_status, CharGetDatum(store::status_in_progress));
-    record.set(store::col_attempt, Int32GetDatum(1));
-    return record;
-}
-
-// This transaction's deferred claim, complete with what only its writer needs.
-static store::Record own_record(const OwnClaim &claim)
-{
-    store::Record record = claim_record(key_of(claim), claim.request, claim.created_at);
-    record.writer = store::Writer::self;
-    record.writer_xid = InvalidTransactionId;
-    record.set(store::col_expires_at, TimestampTzGetDatum(claim.expires_at));
-    record.set(store::col_lease_expires_at, TimestampTzGetDatum(claim.lease_expires_at));
-    record.set(store::col_ttl, copy_datum(claim.ttl));
-    record.set(store::col_lease, copy_datum(claim.lease));
-    return record;
-}
-
-// What every reader learns of a key that another transaction is still
-// changing, whether from that transaction's entry or from the version it
-// wrote: that it is in progress, for which request, at which attempt, since
-// when, with which claim data -- and nothing that transaction may still
-// change or roll back: no response, recovery point, lease or expiry (which
-// apply once it commits).  So the answer is the same whether the claim is
-// deferred -- an entry, whose row a completion in the same transaction
-// writes completed at once, and which a PREPARE TRANSACTION leaves to that
-// row -- or written at once, as a row whose first version is the claim.
-// (A held record is never asked whether it expired: its holder decides.)
-static store::Record as_held(store::Record version)
-{
-    constexpr store::Column shown[] = {store::col_scope,      store::col_key,
-                                       store::col_request,    store::col_created_at,
-                                       store::col_attempt,    store::col_tenant,
-                                       store::col_claim_data, store::col_shard_key};
-    store::Record held = version;
-    for (int column = 0; column < store::column_count; column++)
-        held.set_null(store::Column(column));
-    for (store::Column column : shown)
+    BeginAnswer result = begin_once(storage, request);
+    if (result.outcome == Outcome::in_progress && request.wait_us > 0)
     {
-        held.values[column] = version.values[column];
-        held.nulls[column] = version.nulls[column];
+        TimestampTz started = GetCurrentTimestamp();
+        result = wait_for_holder(storage, request, result);
+        stats::add(stats::waits);
+        stats::add(stats::wait_time_us, uint64(GetCurrentTimestamp() - started));
     }
-    held.set(store::col_status, CharGetDatum(store::status_in_progress));
-    return held;
+    count_answer(result.outcome);
+    return result;
 }
 
-// The newest version of the key in the table, as a claimer must see it.
-static store::Record latest_version(const store::Storage &storage, const store::Key &key)
+bool answer_from_read(const Storage &storage, const BeginRequest &request, BeginAnswer *result)
 {
-    store::Record record = store::read_latest(storage, key);
-    return record.found && record.held_by_other() ? as_held(record) : record;
-}
-
-// Another transaction's live claim, as a reader answers it.
-static store::Record holder_record(const store::Key &key, const Entry &entry)
-{
-    store::Record record = claim_record(key, entry.request, entry.created_at);
-    record.deferred = false;
-    record.writer = store::Writer::other;
-    record.writer_xid = entry.owner.xid;
-    return as_held(record);
-}
-
-// Writes the rows of the claims that have none yet, through the store as
-// any write; the AFTER triggers those writes queue for the end of the
-// transaction are fired here, since the commit has fired its own already.
-static bool write_unwritten(bool at_commit)
-{
-    bool any = false;
-    for (int i = 0; i < own_count && !any; i++)
-        any = !own[i].written();
-    if (!any)
+    TimestampTz now;
+    Record record;
+    KeyState state = observe(storage, request, record, now, nullptr);
+    if (state != KeyState::replay && state != KeyState::mismatch)
         return false;
-    bool snapshot_pushed = !ActiveSnapshotSet();
-    if (snapshot_pushed)
-        PushActiveSnapshot(GetTransactionSnapshot());
-    for (int i = 0; i < own_count; i++)
-    {
-        if (own[i].written())
-            continue;
-        store::Key key = key_of(own[i]);
-        // With Citus, each scope's keys are in that scope's shard.
-        store::Storage storage = store::open(RowExclusiveLock, key.scope);
-        store::Record record = own_record(own[i]);
-        store::insert_record(storage, key, record);
-        store::close(storage);
-        own[i].written_in = GetCurrentSubTransactionId();
-    }
-    if (at_commit)
-        AfterTriggerFireDeferred();
-    if (snapshot_pushed)
-        PopActiveSnapshot();
+    *result = answer_without_claim(state, record, now);
+    count_answer(result->outcome);
     return true;
 }
 
-static void on_transaction_event(XactEvent event, void *)
-{
-    if (own_count == 0)
-        return;
-    switch (event)
-    {
-        case XACT_EVENT_PRE_COMMIT:
-        case XACT_EVENT_PRE_PREPARE:
-            // A claim that must not commit unsettled fails the commit
-            // before anything is written for it.  In autocommit, the
-            // statement being committed is the caller's, with its data.
-            (void)errors_without_request_data(
-                [](FunctionCallInfo) {
-                    unsettled::refuse();
-                    return BoolGetDatum(write_unwritten(true)); // rule C
-                },
-                nullptr);
-            break;
-        case XACT_EVENT_COMMIT:
-        case XACT_EVENT_ABORT:
-        case XACT_EVENT_PREPARE:
-            remove_all_own(); // rule C
-            break;
-        default:
-            break;
-    }
-}
-
-// A rolled-back subtransaction takes the claims it made with it, and the
-// rows it wrote: subtransaction ids grow, so those of it and its children are
-// the ids from its own on.  The entry of a claim whose row rolled back stays
-// (rule L).
-static void on_subtransaction_event(SubXactEvent event, SubTransactionId subxact, SubTransactionId,
-                                    void *)
-{
-    if (event != SUBXACT_EVENT_ABORT_SUB)
-        return;
-    pause_for_test(fault_pause_at_subtransaction_abort, 18756);
-    for (int i = own_count - 1; i >= 0; i--)
-    {
-        if (own[i].made_in >= subxact)
-            remove_own(i);
-        else if (own[i].written() && own[i].written_in >= subxact)
-            own[i].written_in = InvalidSubTransactionId;
-    }
-}
-
-// Rule X: at backend exit, whatever the path to it.
-static void on_exit(int, Datum)
-{
-    remove_all_own();
-}
-
-static void register_callbacks()
-{
-    static bool registered = false;
-    if (registered)
-        return;
-    RegisterXactCallback(on_transaction_event, nullptr);
-    RegisterSubXactCallback(on_subtransaction_event, nullptr);
-    before_shmem_exit(on_exit, 0);
-    registered = true;
-}
-
-// A new own record, at the end of the list (made room for).
-static OwnClaim &add_own()
-{
-    if (own_count == own_capacity)
-    {
-        int capacity = Max(16, own_capacity * 2);
-        size_t bytes = size_t(capacity) * sizeof(OwnClaim);
-        own = static_cast<OwnClaim *>(own == nullptr ? MemoryContextAlloc(TopMemoryContext, bytes)
-                                                     : repalloc(own, bytes));
-        own_capacity = capacity;
-    }
-    return own[own_count];
-}
-
-// Fills the own record of `record`, a fresh claim of `key` as begin filled it;
-// its key is the caller's until keep_key().
-static void make_own(OwnClaim &claim, const Tag &tag, const store::Key &key,
-                     const store::Record &record)
-{
-    claim.scope = key.scope;
-    claim.key = key.key;
-    claim.tag = tag;
-    claim.owner = Owner{GetCurrentTransactionId(), GetTopTransactionId()};
-    claim.made_in = GetCurrentSubTransactionId();
-    claim.written_in = InvalidSubTransactionId;
-    claim.request = *datum_get_request_hash(record.values[store::col_request]);
-    claim.created_at = DatumGetTimestampTz(record.values[store::col_created_at]);
-    claim.expires_at = DatumGetTimestampTz(record.values[store::col_expires_at]);
-    claim.lease_expires_at = DatumGetTimestampTz(record.values[store::col_lease_expires_at]);
-    claim.ttl = *DatumGetIntervalP(record.values[store::col_ttl]);
-    claim.lease = *DatumGetIntervalP(record.values[store::col_lease]);
-}
-
-// Copies the key of a published claim for the rest of the transaction.
-static void keep_key(OwnClaim &claim)
-{
-    MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
-    claim.scope = PointerGetDatum(DatumGetTextPCopy(claim.scope));
-    claim.key = PointerGetDatum(DatumGetTextPCopy(claim.key));
-    MemoryContextSwitchTo(old);
-}
-
 // ---------------------------------------------------------------------------
-// The interface
+// The holder's writes: complete, checkpoint, release, forget
 // ---------------------------------------------------------------------------
 
-store::Record read_latest(const store::Storage &storage, const store::Key &key, Ticket *ticket)
+// The key's current record, about to be written by write_held.
+struct HeldClaim
 {
-    if (ticket != nullptr)
-        ticket->valid = false;
-    if (table == nullptr)
-        return latest_version(storage, key);
-    Tag tag = make_tag(key);
-    int index = own_count > 0 ? find_own_index(tag, key) : -1;
-    if (index >= 0 && !own[index].written())
-        return own_record(own[index]);
-    // Rule A: the bucket's generation and the entry, under one lock, before
-    // the row.  (Once written, this transaction's row speaks for its own
-    // claim; its entry is looked up anyway, for the generation.)
-    LWLock *lock = partition_lock(tag);
-    LWLockAcquire(lock, LW_SHARED);
-    uint64 generation = pg_atomic_read_u64(generation_of(tag));
-    Entry *found = find_entry(tag);
-    Entry entry;
-    bool entry_found = found != nullptr;
-    if (entry_found)
-        entry = *found;
-    LWLockRelease(lock);
-    if (ticket != nullptr)
-        *ticket = Ticket{generation, true};
-    if (entry_found && !entry.row_written && live(entry) &&
-        !TransactionIdIsCurrentTransactionId(entry.owner.xid))
-        return holder_record(key, entry);
-    return latest_version(storage, key);
-}
-
-store::Record read_visible(const store::Storage &storage, const store::Key &key, Snapshot snapshot)
-{
-    if (own_count > 0)
-    {
-        int index = find_own_index(make_tag(key), key);
-        if (index >= 0 && !own[index].written())
-            return own_record(own[index]);
-    }
-    return store::read_visible(storage, key, snapshot);
-}
-
-bool find_own(const store::Storage &storage, const store::Key &key, store::Record *record)
-{
-    if (own_count > 0)
-    {
-        int index = find_own_index(make_tag(key), key);
-        if (index >= 0 && !own[index].written())
-        {
-            *record = own_record(own[index]);
-            return true;
-        }
-    }
-    return store::fetch_last_write(storage, key, record);
-}
-
-// A deferred claim needs a table of 0.2.0 or later (its lease) and no claim
-// data, which only a row can hold.
-static bool deferrable_claim(const store::Storage &storage, const store::Record &record)
-{
-    return storage.has(store::col_lease) && record.nulls[store::col_claim_data];
-}
-
-// Rule F's check, made inside the subtransaction of the fallback's insert:
-// whether the row may stay, no claimer having published an entry of the key
-// meanwhile.  When one has, the subtransaction rolls back and the row is dead
-// at once.  Deleting it instead would leave a row deleted by a transaction
-// still open, which makes the publisher's insert of its own row wait for this
-// transaction -- while this one, answered in_progress, may wait for the
-// publisher's: a deadlock.
-struct FallbackCheck
-{
-    const Tag *tag;
-    Entry *holder;
+    Record record;
+    bool locked; // holds the key lock, which write_held lets go
 };
 
-static bool no_publication_meanwhile(void *arg)
+// Rule H: the key's current record, ready to be changed.  The caller's own
+// uncommitted claim, found by its address, needs no key lock: every other
+// writer sees it as in progress and keeps off until this transaction ends.
+// Otherwise (a committed record, as in the two-phase pattern, or a claim
+// this backend did not write last) the key is read under the key lock
+// (rule K), after waiting for another transaction's uncommitted change, as
+// an UPDATE waits for a concurrent one -- holding no key lock meanwhile.
+static HeldClaim current_record(Storage &storage, const store::Key &key)
 {
-    const FallbackCheck *check = static_cast<const FallbackCheck *>(arg);
-    pause_for_test(fault_pause_in_fallback, 18758);
-    return !published_meanwhile(*check->tag, check->holder);
-}
-
-Claim claim_absent(store::Storage &storage, const store::Key &key, store::Record &record,
-                   bool deferrable, const Ticket &ticket, bool key_locked)
-{
-    if (table == nullptr || !ticket.valid)
+    HeldClaim claim;
+    claim.locked = !find_own(storage, key, &claim.record);
+    while (claim.locked)
     {
-        // No shared table: the key lock arbitrates (rule K).
-        Assert(key_locked);
-        store::insert_record(storage, key, record);
-        return Claim::claimed;
-    }
-    Tag tag = make_tag(key);
-    if (own_count > 0 && find_own_index(tag, key) >= 0)
-    {
-        // Rule 1: this transaction's live entry keeps everyone else out.
-        store::insert_record(storage, key, record);
-        return Claim::claimed;
-    }
-    register_callbacks();
-    OwnClaim &claim = add_own();
-    make_own(claim, tag, key, record);
-    Entry holder;
-    pause_for_test(fault_pause_before_publish, 18757);
-    // A transaction holds at most own_claims_max slots: its memory stays
-    // bounded however many keys it claims, and it leaves the table to others.
-    Published published = injected_fault == fault_pause_in_fallback || own_count == own_claims_max
-                              ? Published::no_room
-                              : publish_entry(claim, ticket, &holder);
-    switch (published)
-    {
-        case Published::yes:
-            keep_key(claim);
-            own_count++;
-            if (deferrable && deferrable_claim(storage, record))
-            {
-                stats::add(stats::deferred_claims);
-                record.found = true;
-                record.writer = store::Writer::self;
-                record.deferred = true;
-            }
-            else
-            {
-                store::insert_record(storage, key, record);
-                own[own_count - 1].written_in = own[own_count - 1].made_in;
-                note_row_written(own[own_count - 1]);
-            }
-            return Claim::claimed;
-        case Published::changed:
-            return Claim::read_again;
-        case Published::held:
-            record = holder_record(key, holder);
-            return Claim::held;
-        case Published::no_room:
+        store::lock_key(key, true);
+        claim.record = read_latest(storage, key, nullptr);
+        if (!claim.record.held_by_other())
             break;
+        store::unlock_key(key);
+        store::wait_for_transaction(claim.record.writer_xid);
     }
-    if (!key_locked)
-        return Claim::lock_key;
-    // Rule F.  A claimer that published meanwhile and wrote its row at once
-    // makes the insert wait for its transaction; if that commits, the key is
-    // taken: read it again.
-    stats::add(stats::deferred_fallbacks);
-    FallbackCheck check{&tag, &holder};
-    switch (store::insert_unless_present(storage, key, record, no_publication_meanwhile, &check))
+    return claim;
+}
+
+// Rule T: a fenced-off holder hears IK003 before anything else: its result
+// must not be stored, and it must not undo its successor's work.
+static void check_attempt(const Record &record, const store::Key &key, Fence fence)
+{
+    if (fence.given && fence.attempt != record.attempt())
+        ereport(ERROR, (errcode(errcode_stale_attempt),
+                        errmsg("attempt %d of idempotency key \"%s\" is stale", fence.attempt,
+                               key_for_message(key.key)),
+                        errdetail("The key's current attempt is %d: its lease ended and another "
+                                  "caller took it over.",
+                                  record.attempt()),
+                        errhidestmt(true)));
+}
+
+// What a completed record allows: nothing, or a fenced replacement.
+enum class Completed
+{
+    refuse,
+    replace
+};
+
+// Rule H: returns the key's current record, or raises the documented error:
+// IK001 when there is none, IK003 for a stale attempt, IK002 when it is
+// completed (unless replacing its response, which needs its attempt).
+static HeldClaim held_claim(Storage &storage, const store::Key &key, Fence fence,
+                            Completed completed = Completed::refuse)
+{
+    HeldClaim claim = current_record(storage, key);
+    const Record &record = claim.record;
+    if (!live(record, GetCurrentTimestamp()))
+        ereport(ERROR, (errcode(errcode_key_not_claimed),
+                        errmsg("idempotency key \"%s\" is not claimed", key_for_message(key.key)),
+                        errhint("Call idempotency_begin() first."), errhidestmt(true)));
+    check_attempt(record, key, fence);
+    if (record.completed() && completed == Completed::refuse)
+        ereport(ERROR,
+                (errcode(errcode_key_completed),
+                 errmsg("idempotency key \"%s\" is already completed", key_for_message(key.key)),
+                 errhidestmt(true)));
+    if (record.completed() && !fence.given)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("replacing the response of idempotency key \"%s\" needs its attempt",
+                               key_for_message(key.key)),
+                        errhint("Pass attempt => the attempt that completed it, which a replay "
+                                "answer gives."),
+                        errhidestmt(true)));
+    return claim;
+}
+
+static void write_held(Storage &storage, const store::Key &key, HeldClaim &claim)
+{
+    write(storage, claim.record);
+    if (claim.locked)
+        store::unlock_key(key);
+}
+
+static void set_given(Record &record, store::Column column, const NullableDatum &value)
+{
+    if (value.isnull)
+        record.set_null(column);
+    else
+        record.set(column, value.value);
+}
+
+bool complete(Storage &storage, const store::Key &key, Fence fence, const Response &response)
+{
+    HeldClaim claim =
+        held_claim(storage, key, fence, response.replace ? Completed::replace : Completed::refuse);
+    Record &record = claim.record;
+    TimestampTz now = GetCurrentTimestamp();
+    bool replaced = false;
+    if (!response.stored)
     {
-        case store::Inserted::kept:
-            return Claim::claimed;
-        case store::Inserted::undone:
-            record = holder_record(key, holder);
-            return Claim::held;
-        case store::Inserted::present:
-            break;
+        // A server error is transient: drop the claim so that a retry runs again.
+        record.set(store::col_lease_expires_at, TimestampTzGetDatum(now));
     }
-    return Claim::read_again;
-}
-
-// Records that this transaction's deferred claim of the record's key has its
-// row from now on, in the current subtransaction.
-static void note_written(const store::Record &record)
-{
-    store::Key key = store::key_of(record);
-    int index = find_own_index(make_tag(key), key);
-    if (index >= 0 && !own[index].written())
-        own[index].written_in = GetCurrentSubTransactionId();
-}
-
-void write(store::Storage &storage, store::Record &record)
-{
-    if (!record.deferred)
+    else
     {
-        store::update_record(storage, record);
-        return;
+        replaced = record.completed();
+        if (response.check_table != nullptr)
+            response.check_table(storage, response.check_arg);
+        record.set(store::col_status, CharGetDatum(store::status_completed));
+        record.set(store::col_completed_at, TimestampTzGetDatum(now));
+        record.set(store::col_expires_at,
+                   TimestampTzGetDatum(
+                       plus_interval(now, DatumGetIntervalP(record.values[store::col_ttl]))));
+        // A completed record has no lease: 16 bytes less in every stored row.
+        record.set_null(store::col_lease_expires_at);
+        record.set_null(store::col_lease);
+        record.set(store::col_response_status, Int32GetDatum(response.status));
+        record.set_null(store::col_response_body);
+        record.set_null(store::col_response_body_bytes);
+        record.set_null(store::col_response_headers);
+        if (response.body_kept)
+        {
+            set_given(record, store::col_response_body, response.body);
+            set_given(record, store::col_response_body_bytes, response.body_bytes);
+        }
+        if (response.headers_kept)
+            set_given(record, store::col_response_headers, response.headers);
+        record.set(store::col_response_body_omitted, BoolGetDatum(!response.body_kept));
     }
-    store::insert_record(storage, store::key_of(record), record);
-    note_written(record);
+    write_held(storage, key, claim);
+    stats::add_if_committed(!response.stored ? stats::server_errors_dropped
+                            : replaced       ? stats::responses_replaced
+                                             : stats::completes);
+    if (response.stored && !response.body_kept)
+        stats::add_if_committed(stats::responses_omitted);
+    return replaced;
 }
 
-void remove(store::Storage &storage, const store::Record &record)
+TimestampTz checkpoint(Storage &storage, const store::Key &key, Fence fence,
+                       NullableDatum recovery_point, Interval *lease, Interval *default_lease)
 {
-    store::Record row = record;
-    if (record.deferred)
+    HeldClaim claim = held_claim(storage, key, fence);
+    Record &record = claim.record;
+    // Without a lease, the claim's own lease length, as begin set it.
+    if (lease == nullptr)
+        lease = record.nulls[store::col_lease] ? default_lease
+                                               : DatumGetIntervalP(record.values[store::col_lease]);
+    TimestampTz lease_end = plus_interval(GetCurrentTimestamp(), lease);
+    // A NULL recovery point is a plain heartbeat: the last one is kept.
+    if (!recovery_point.isnull)
+        record.set(store::col_recovery_point, recovery_point.value);
+    record.set(store::col_lease_expires_at, TimestampTzGetDatum(lease_end));
+    write_held(storage, key, claim);
+    stats::add_if_committed(stats::checkpoints);
+    return lease_end;
+}
+
+void release(Storage &storage, const store::Key &key, Fence fence)
+{
+    HeldClaim claim = held_claim(storage, key, fence);
+    claim.record.set(store::col_lease_expires_at, TimestampTzGetDatum(GetCurrentTimestamp()));
+    write_held(storage, key, claim);
+    stats::add_if_committed(stats::releases);
+}
+
+// Rules H and T: an unfinished claim of another transaction is fenced like a
+// completion, only with its attempt, so that a caller never undoes a
+// successor's claim.
+bool forget(Storage &storage, const store::Key &key, Fence fence)
+{
+    HeldClaim claim = current_record(storage, key);
+    const Record &record = claim.record;
+    bool forgotten = live(record, GetCurrentTimestamp());
+    if (forgotten)
     {
-        store::insert_record(storage, store::key_of(row), row);
-        note_written(row);
+        check_attempt(record, key, fence);
+        if (!record.completed() && record.writer != Writer::self && !fence.given)
+            ereport(ERROR, (errcode(ERRCODE_OBJECT_IN_USE),
+                            errmsg("idempotency key \"%s\" is claimed and not completed",
+                                   key_for_message(key.key)),
+                            errhint("Pass attempt => the claim's attempt to forget it; "
+                                    "idempotency_lookup() shows it."),
+                            errhidestmt(true)));
+        remove(storage, record);
     }
-    store::delete_record(storage, row);
+    if (claim.locked)
+        store::unlock_key(key);
+    if (forgotten)
+        stats::add_if_committed(stats::forgets);
+    return forgotten;
 }
 
-bool write_all()
+// ---------------------------------------------------------------------------
+// Reads and expiry
+// ---------------------------------------------------------------------------
+
+bool lookup(const Storage &storage, const store::Key &key, bool latest, Record *record)
 {
-    return own_count > 0 && write_unwritten(false);
+    if (latest)
+        *record = claims::read_latest(storage, key);
+    else
+    {
+        Snapshot snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
+        *record = claims::read_visible(storage, key, snapshot);
+    }
+    if (!record->found)
+        return record->held_by_other();
+    return record->writer != Writer::committed || !expired(*record, GetCurrentTimestamp());
+}
+
+bool expire_here(TimestampTz now, int64 max_rows, store::Pace pace, bool skip_if_busy,
+                 int64 *deleted)
+{
+    return store::expire_here(now, max_rows, pace, skip_if_busy, expired, deleted);
 }
 
 } // namespace idempotency::claims

@@ -1,6 +1,20 @@
-// The claim protocol: who may hold an idempotency key, and how every other
-// transaction learns of it.  Every rule about claims lives here; the storage
-// layer below (store.hpp) knows rows and versions only, and never calls back.
+// The claims module: who may hold an idempotency key, how every other
+// transaction learns of it, and everything that happens to a key's record
+// from its first claim to its end.  Every rule about claims is stated here,
+// and only this module keeps them:
+//   claims.cpp         a record's life: what a begin finds and what it may
+//                      do about it, takeover, the key-lock loop (rule K),
+//                      waiting, fencing, the holder's writes, forget, what a
+//                      lookup shows, and what is expired
+//   shared_claims.cpp  the shared claims table that arbitrates fresh claims,
+//                      and deferred claims (rules A, F, O, L, C, X and 1),
+//                      called by claims.cpp only (shared_claims.hpp)
+// The SQL functions (api.cpp, inspect.cpp) call one entry point below for
+// each and take no key lock and wait on no transaction themselves.  The
+// storage layer below (store.hpp) knows rows and versions only, and never
+// calls back.  One rule about commits lives beside this module, in
+// unsettled.hpp: a claim made outside a transaction block must be settled
+// before it commits (IK004).
 //
 // A claim is held by the (sub)transaction that made it, and shows itself
 // through an entry in the shared claims table, a version of the key's row
@@ -85,6 +99,88 @@
 //      whose owner outlives it, keeps answering for the key.  So a savepoint
 //      rollback never has two records of one key to reconcile.
 //
+// The rules of a record's life after its claim:
+//  T.  Takeover and fencing.  Every claim has an attempt: 1 when fresh.  An
+//      unfinished claim whose lease ended -- committed, or this
+//      transaction's own after idempotency_release() or a dropped server
+//      error -- is taken over under the key lock (K) by a begin of the same
+//      request, with attempt + 1 and the recovery point kept; by a begin of
+//      another request only with take_over_mismatch, with attempt + 1 and no
+//      recovery point.  An own claim whose lease ended is renewed that way
+//      too: answering claimed without it would let another caller take it
+//      over once this transaction commits.  A holder's write that names an
+//      attempt other than the record's is refused with IK003 before
+//      anything else, so that a holder whose lease ran out never stores its
+//      result over its successor's, nor undoes it.
+//  H.  The holder's writes.  complete, checkpoint and release change a live
+//      unfinished claim (IK001 when there is none, IK002 when it is
+//      completed) -- or, to replace a response, a completed record with the
+//      attempt that completed it.  The caller's own uncommitted claim is
+//      found by its address or its deferred record, without the key lock:
+//      every other writer sees it held and keeps off until this transaction
+//      ends.  Any other record is read under the key lock (K), after waiting
+//      for another transaction's uncommitted change, as an UPDATE waits for
+//      a concurrent one.  forget deletes any live record the same way;
+//      another transaction's unfinished claim only with its attempt.
+//  W.  Waiting.  A begin answered in_progress, given wait => ..., waits for
+//      a holder whose transaction is open on that transaction (an ordinary
+//      lock wait: cancellable, seen by the deadlock detector, cut short with
+//      in_progress by a shorter lock_timeout) and polls the lease of a
+//      committed one, then decides afresh.  These waits are made holding no
+//      key lock.
+//  E.  Expiry.  A committed record past its expiry -- completed, or
+//      unfinished with its lease ended too -- is as good as absent: a begin
+//      claims over it (under K), lookups and listings do not show it, the
+//      holder's writes answer IK001 and forget false.  The sweep
+//      (store::expire, from idempotency_expire() and the worker) deletes
+//      what `expired` says under the key lock and the row's tuple lock,
+//      both taken only when free: it never waits for a request.  A record
+//      another transaction is still changing is never expired: its holder
+//      decides.
+//
+// The states of a key, as a begin classifies what it reads (read_latest):
+//   state         what the newest version or entry is           begin answers
+//   absent        nothing, or nothing another transaction holds  claimed (A, F, K)
+//   expired       committed, past its expiry (E)                 claimed over it (K, E)
+//   held          another transaction's uncommitted claim, or a  in_progress, retry in 1 s;
+//                 version it is deleting or replacing            waits on it (W)
+//   leased        a committed unfinished claim, lease running    in_progress until the lease
+//                                                                ends; polls it (W)
+//   lease ended   an unfinished claim, lease over (committed,    claimed: taken over,
+//                 or own after release or a dropped 5xx)         attempt + 1 (K, T)
+//   own claim     this transaction's claim, lease running        claimed, the same attempt
+//   completed     a stored response                              replay
+//   (any of them) for another request                            mismatch; a dead claim is
+//                                                                taken over on request (T)
+//
+// Every transition, the rules that govern it, and the tests that hold it
+// (test/specs/*.spec isolation, sql/*.sql pg_regress, test/t/*.pl TAP):
+//   transition                          rules     tests
+//   fresh claim, deferred               A O L 1   claim_arbitration, deferred_claims, t/018,
+//                                                 t/023, t/024
+//   fresh claim, its row at once        A         claim_race, isolation_levels, t/024
+//   fresh claim with no free slot       K F       claim_arbitration, t/018, t/023, t/024
+//   fresh claim without the table       K         t/023, t/024 (servers without the table)
+//   claim over an expired record        K E       expiry_races, api.sql
+//   takeover, same request              K T       lease_takeover, api.sql
+//   takeover of another request's       K T       store_api, store_api.sql
+//   wait for a holder, then decide      W         wait_timeouts, claim_race, deferred_claims
+//   complete                            H T       api.sql, lease_takeover, store_api
+//   replace a stored response           H T       store_api.sql
+//   complete a 5xx, not stored: the     H         api.sql
+//     lease ends
+//   checkpoint: lease renewed           H T       lease_takeover, api.sql
+//   release: the lease ends             H T       api.sql, deferred_savepoints
+//   forget                              K H T     store_api, store_api.sql
+//   expire (the sweep)                  K E       expiry_races, store_api.sql, t/013, t/020
+//   deferred claim's row written        L C       deferred_savepoints, t/018
+//   rollback to a savepoint             O L       savepoint, deferred_savepoints, api.sql
+//   commit or prepare                   C         deferred_claims, t/018
+//   backend exit                        X         t/018
+//   commit of an unsettled claim        IK004     api.sql (unsettled.hpp)
+// The differential test (t/023) runs random sequences of all of them with
+// and without deferral, the shared table and its slots: the answers agree.
+//
 // Transitions of a deferred claim (own record R, entry E):
 //   claim       rule A: E published, R made in the current subtransaction,
 //               unwritten.
@@ -106,9 +202,11 @@
 // other out (in_progress), never both be claimed; the transaction's own
 // records compare the whole key.
 //
-// Backend-local state: this transaction's own records.  Cleared at every
-// transaction end, trimmed at every subtransaction rollback (the callbacks
-// below), so that it never outlives what it describes.
+//
+// Backend-local state: this transaction's own records (shared_claims.cpp).
+// Cleared at every transaction end, trimmed at every subtransaction rollback,
+// so that it never outlives what it describes.  claims.cpp keeps nothing
+// across calls.
 #pragma once
 
 #include "store.hpp"
@@ -121,53 +219,123 @@ namespace idempotency::claims
 void reserve_shared_memory();
 void attach_shared_memory();
 
-// What a reader saw of the key's bucket before it read the row (rule A).
-struct Ticket
+// The end of a ttl or lease that starts at `t`: calendar arithmetic, as
+// timestamptz + interval.  Arguments are checked by it (arguments.hpp), so
+// that a ttl or lease accepted is one this module can add.
+TimestampTz plus_interval(TimestampTz t, const Interval *interval);
+
+// ---------------------------------------------------------------------------
+// idempotency_begin
+// ---------------------------------------------------------------------------
+
+enum class Outcome
 {
-    uint64 generation;
-    bool valid; // false: no shared table, fresh claims take the key lock
+    claimed,
+    replay,
+    in_progress,
+    mismatch
 };
 
-// The newest state of `key` as a claimer must see it: this transaction's own
-// deferred claim, another transaction's live entry (held by it), or the
-// newest version of the row through a dirty snapshot.  A key that another
-// transaction holds reads the same from its entry or its row, whether its
-// claim was deferred or not: in progress, with the claim's request, attempt,
-// created_at and claim data, and NULL for all that transaction may still
-// change or roll back (a response, the lease, the expiry).  With `ticket`,
-// what a fresh claim of an absent key needs to publish.
-store::Record read_latest(const store::Storage &storage, const store::Key &key,
-                          Ticket *ticket = nullptr);
-// The key as `snapshot` sees it, this transaction's deferred claim included.
-store::Record read_visible(const store::Storage &storage, const store::Key &key, Snapshot snapshot);
-// This transaction's own uncommitted claim of `key`, found without the key
-// lock: its deferred claim, or the version this backend wrote last.  False
-// when it is not found that way; read_latest under the key lock then knows.
-bool find_own(const store::Storage &storage, const store::Key &key, store::Record *record);
-
-enum class Claim
+// A begin's arguments, checked (arguments.hpp), with the stored key.
+struct BeginRequest
 {
-    claimed,    // `record` is this transaction's claim now
-    held,       // another transaction holds the key: `record` is its claim
-    read_again, // the key changed since it was read: read it again
-    lock_key    // no free slot (or no shared table): read it again under the key lock
+    store::Key key;
+    Datum request; // request_hash
+    Interval *ttl;
+    Interval *lease;  // as given, or the default
+    bool lease_given; // the two-phase pattern's explicit lease
+    int64 wait_us;
+    bool has_claim_data;
+    Datum claim_data;        // jsonb, when has_claim_data
+    bool take_over_mismatch; // take over a dead claim of another request (T)
 };
-// Makes `record`, filled as a fresh claim of `key`, which read as absent
-// with `ticket`, this transaction's claim: deferred when `deferrable` and the
-// claim qualifies, else written as a row.  `key_locked`: the caller holds
-// the key lock and read the key under it.
-Claim claim_absent(store::Storage &storage, const store::Key &key, store::Record &record,
-                   bool deferrable, const Ticket &ticket, bool key_locked);
-// Writes the changed `record`, read through this module by its holder: a
-// deferred claim's row is inserted, any other version replaced.
-void write(store::Storage &storage, store::Record &record);
-// Deletes `record`'s version; a deferred claim is written first, so that the
-// deletion rolls back with its subtransaction like any other.
-void remove(store::Storage &storage, const store::Record &record);
 
+struct BeginAnswer
+{
+    Outcome outcome;
+    store::Record record; // what the answer shows of the key
+    int64 retry_after_us; // in_progress only
+};
+
+// Decides what `request` gets of its key and makes it so: a claim (A, F,
+// K, T), a replay, a mismatch, or in_progress -- after waiting up to
+// request.wait_us for the holder (W).  Counts the answer.
+BeginAnswer begin(store::Storage &storage, const BeginRequest &request);
+// The answer of a begin that a read alone can give, a replay or a
+// mismatch, from `storage` opened to read; false when the key needs
+// begin() (with Citus: the shard opened to write).  Counts the answer.
+bool answer_from_read(const store::Storage &storage, const BeginRequest &request,
+                      BeginAnswer *answer);
+
+// ---------------------------------------------------------------------------
+// The holder's writes: complete, checkpoint, release, and forget (H, T)
+// ---------------------------------------------------------------------------
+
+// The attempt a write names, if any (T).
+struct Fence
+{
+    bool given;
+    int32 attempt;
+};
+
+// What idempotency_complete stores.
+struct Response
+{
+    int32 status;
+    // False for a server error that is not stored (idempotency.store_server_errors
+    // off): the claim's lease ends instead, so that a retry runs again.
+    bool stored;
+    bool replace; // may replace a completed record's response, with the fence
+    NullableDatum body;
+    NullableDatum body_bytes;
+    NullableDatum headers;
+    bool body_kept;    // within idempotency.max_response_bytes; else omitted
+    bool headers_kept; // the same for the headers alone
+    // The caller's checks of what this table can hold (one still at 0.1.0),
+    // made once the claim is found to be the caller's and before anything
+    // changes: a caller without the claim hears IK001-IK003 first.
+    void (*check_table)(const store::Storage &storage, void *arg);
+    void *check_arg;
+};
+
+// Completes the caller's claim of `key` with `response` (or, with
+// response.replace, replaces a stored one); true when it replaced one.
+bool complete(store::Storage &storage, const store::Key &key, Fence fence,
+              const Response &response);
+// Renews the claim's lease -- `lease`, or without it the claim's own lease
+// length (`default_lease` for a claim that has none) -- and keeps
+// `recovery_point` unless it is NULL.  Returns the lease's new end.
+TimestampTz checkpoint(store::Storage &storage, const store::Key &key, Fence fence,
+                       NullableDatum recovery_point, Interval *lease, Interval *default_lease);
+// Ends the claim's lease now: the next begin takes it over (T).
+void release(store::Storage &storage, const store::Key &key, Fence fence);
+// Deletes the key's live record; false when there is none.
+bool forget(store::Storage &storage, const store::Key &key, Fence fence);
+
+// ---------------------------------------------------------------------------
+// Reads and expiry
+// ---------------------------------------------------------------------------
+
+// The key's record for idempotency_lookup: as the statement's snapshot sees
+// it, or (latest) the newest version as a begin sees it, a claim of a
+// transaction still in progress included.  Neither waits.  False when it
+// shows nothing: no record, or an expired one (E).  A key that another
+// transaction is deleting shows as not found, held by that transaction.
+bool lookup(const store::Storage &storage, const store::Key &key, bool latest,
+            store::Record *record);
 // Writes the rows of this transaction's deferred claims that have none yet,
 // as the commit would (for readers of the table itself, such as a listing);
 // true when it wrote any.
 bool write_all();
+// Whether `record`, read at `now`, is there for its readers: found and not
+// expired (E).
+bool live(const store::Record &record, TimestampTz now);
+// Whether `record` is past its expiry at `now` (E): a committed record of
+// which the sweep may delete.
+bool expired(const store::Record &record, TimestampTz now);
+// Deletes expired records on this node (store::expire_here, which says
+// how), up to `max_rows` (no limit when < 0).
+bool expire_here(TimestampTz now, int64 max_rows, store::Pace pace, bool skip_if_busy,
+                 int64 *deleted);
 
 } // namespace idempotency::claims

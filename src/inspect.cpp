@@ -134,24 +134,6 @@ HeapTuple lookup_tuple(TupleDesc desc, const Record &record)
     return heap_form_tuple(desc, values, nulls);
 }
 
-// The record as the statement's snapshot sees it, or (latest) the newest
-// version as idempotency_begin sees it: a claim of a transaction still in
-// progress included.  Neither waits.  A record past its expiry (committed)
-// is absent to both.
-bool lookup_record(Storage &storage, const store::Key &key, bool latest, Record *record)
-{
-    if (latest)
-        *record = idempotency::claims::read_latest(storage, key);
-    else
-    {
-        Snapshot snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
-        *record = idempotency::claims::read_visible(storage, key, snapshot);
-    }
-    if (!record->found)
-        return record->held_by_other();
-    return record->writer != store::Writer::committed || !record->expired(GetCurrentTimestamp());
-}
-
 } // namespace
 
 IDEMPOTENCY_FUNCTION(idempotency_lookup)
@@ -182,7 +164,8 @@ IDEMPOTENCY_FUNCTION(idempotency_lookup)
         else
         {
             Record record;
-            bool found = lookup_record(storage, store::stored_key(storage, key), latest, &record);
+            bool found = idempotency::claims::lookup(storage, store::stored_key(storage, key),
+                                                     latest, &record);
             store::close(storage);
             call->user_fctx = found ? lookup_tuple(desc, record) : nullptr;
         }
@@ -290,7 +273,7 @@ IDEMPOTENCY_FUNCTION(idempotency_keys)
     Record record;
     for (int listed = 0; listed < max_keys && store::next_key(scan, &record);)
     {
-        if (record.writer == store::Writer::committed && record.expired(now))
+        if (!idempotency::claims::live(record, now))
             continue;
         put_key_row(result, record);
         listed++;
@@ -317,8 +300,8 @@ IDEMPOTENCY_FUNCTION(idempotency_expire)
                         errhidestmt(true)));
     require_writable("idempotency_expire");
     int64 deleted;
-    if (!store::expire_here(GetCurrentTimestamp(), max_rows, store::Pace::whole_table, false,
-                            &deleted))
+    if (!idempotency::claims::expire_here(GetCurrentTimestamp(), max_rows, store::Pace::whole_table,
+                                          false, &deleted))
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                         errmsg("relation \"idempotency.keys\" does not exist"),
                         errhint("Run CREATE EXTENSION idempotency in this database.")));

@@ -831,7 +831,7 @@ void end_key_scan(KeyScan &scan)
 // Expiry
 // ---------------------------------------------------------------------------
 
-// Only the fields Record::expired reads, straight from the buffer: the
+// Only the fields an Expired test reads, straight from the buffer: the
 // sweep looks at many rows and deletes most of them, so it copies none.
 static void decode_expiry_fields(const Storage &storage, TupleTableSlot *slot, Record &record)
 {
@@ -851,6 +851,7 @@ struct Sweep
     TupleTableSlot *check; // the same version, locked to delete it
     int64 max_rows;        // < 0: no limit
     int64 deleted;
+    Expired expired;
 
     bool has_room() const { return max_rows < 0 || deleted < max_rows; }
 };
@@ -928,8 +929,7 @@ static BlockNumber delete_expired(Sweep &sweep, TimestampTz now, BlockNumber fir
         }
         Record record;
         decode_expiry_fields(sweep.storage, sweep.slot, record);
-        // An unfinished claim whose lease still runs is not expired.
-        if (record.expired(now))
+        if (sweep.expired(record, now))
             delete_if_idle(sweep);
         CHECK_FOR_INTERRUPTS();
     }
@@ -1008,14 +1008,15 @@ static void delete_orphaned(Sweep &sweep)
     }
 }
 
-int64 expire(Storage &storage, TimestampTz now, int64 max_rows, Pace pace)
+int64 expire(Storage &storage, TimestampTz now, int64 max_rows, Pace pace, Expired expired)
 {
     Sweep sweep = {storage,
                    start_writes(storage),
                    table_slot_create(storage.heap, nullptr),
                    table_slot_create(storage.heap, nullptr),
                    max_rows,
-                   0};
+                   0,
+                   expired};
     // A snapshot that sees what this transaction did so far, as the next
     // statement would: a version it replaced earlier in this statement (a
     // takeover) is then gone, and its replacement is not expired.
@@ -1030,12 +1031,13 @@ int64 expire(Storage &storage, TimestampTz now, int64 max_rows, Pace pace)
     return sweep.deleted;
 }
 
-bool expire_here(TimestampTz now, int64 max_rows, Pace pace, bool skip_if_busy, int64 *deleted)
+bool expire_here(TimestampTz now, int64 max_rows, Pace pace, bool skip_if_busy, Expired expired,
+                 int64 *deleted)
 {
     Storage storage;
     if (!open_storage(&storage, RowExclusiveLock, skip_if_busy, (Datum)0))
         return false;
-    *deleted = expire(storage, now, max_rows, pace);
+    *deleted = expire(storage, now, max_rows, pace, expired);
     Oid table = RelationGetRelid(storage.heap);
     close(storage);
     // With Citus, the table is an empty shell and the keys are in its shards.
@@ -1045,7 +1047,8 @@ bool expire_here(TimestampTz now, int64 max_rows, Pace pace, bool skip_if_busy, 
         if (max_rows >= 0 && *deleted >= max_rows)
             break;
         open_locked(&storage, lfirst_oid(cell), RowExclusiveLock);
-        *deleted += expire(storage, now, max_rows < 0 ? -1 : max_rows - *deleted, pace);
+        *deleted +=
+            expire(storage, now, max_rows < 0 ? -1 : max_rows - *deleted, pace, expired);
         close(storage);
     }
     return true;

@@ -171,12 +171,6 @@ struct Record
         return nulls[col_lease_expires_at] ? DT_NOBEGIN
                                            : DatumGetTimestampTz(values[col_lease_expires_at]);
     }
-    // A record past its expiry is as good as absent -- unless it is an
-    // unfinished claim whose lease still runs.
-    bool expired(TimestampTz now) const
-    {
-        return expires_at() <= now && (completed() || lease_expires_at() <= now);
-    }
     void set(Column column, Datum value)
     {
         values[column] = value;
@@ -280,17 +274,23 @@ enum class Pace
     share,
 };
 
-// Deletes up to `max_rows` records that are expired at `now` (no limit when
-// max_rows < 0), found by reading the heap as `pace` says, with a snapshot
-// that sees the calling transaction's own changes so far, and the keys of
-// dropped roles.  Never waits for a request: see the concurrency scheme.
-// Returns the number deleted.
-int64 expire(Storage &storage, TimestampTz now, int64 max_rows, Pace pace);
+// Which records are expired: the claims module's rule (claims.hpp, rule E),
+// asked of each record with only its expires_at, status and
+// lease_expires_at decoded.
+using Expired = bool (*)(const Record &record, TimestampTz now);
+
+// Deletes up to `max_rows` records that are `expired` at `now` (no limit
+// when max_rows < 0), found by reading the heap as `pace` says, with a
+// snapshot that sees the calling transaction's own changes so far, and the
+// keys of dropped roles.  Never waits for a request: see the concurrency
+// scheme.  Returns the number deleted.
+int64 expire(Storage &storage, TimestampTz now, int64 max_rows, Pace pace, Expired expired);
 // The same for every relation of this node that holds keys: the table, and
 // when Citus distributes it, each of its shards placed here.  False when the
 // storage is missing or (skip_if_busy, for the expiry worker) DDL such as DROP
 // or ALTER EXTENSION holds it; `deleted` is then unset.
-bool expire_here(TimestampTz now, int64 max_rows, Pace pace, bool skip_if_busy, int64 *deleted);
+bool expire_here(TimestampTz now, int64 max_rows, Pace pace, bool skip_if_busy, Expired expired,
+                 int64 *deleted);
 
 // A 64-bit hash of the key: the key lock's tag, and the key's identity in
 // the transaction's list of claims (claims.cpp).

@@ -4,7 +4,7 @@
 // catalog) every idempotency.expire_interval and, one database at a time,
 // starts a sweeper connected to that database and waits for it to finish.  A
 // sweeper checks that the extension is installed, deletes expired keys in
-// short transactions through store::expire (the same code as
+// short transactions through claims::expire_here (the same code as
 // idempotency_expire()), and exits.  So nothing stays connected to a database
 // between rounds (DROP DATABASE never waits long), template databases are
 // never touched (CREATE DATABASE copies them), and a database created or
@@ -15,6 +15,7 @@
 // than idempotency.scope_stats_interval (see scope_stats.cpp).
 #include "worker.hpp"
 #include "boundary.hpp"
+#include "claims.hpp"
 #include "compat.hpp"
 #include "module.hpp"
 #include "scope_stats.hpp"
@@ -224,7 +225,7 @@ static int64 sweep_batch(TimestampTz now)
     // Invisible until CREATE EXTENSION commits, so never mid-creation.
     // With Citus, the shards placed on this node too (store::expire_here).
     if (OidIsValid(get_extension_oid("idempotency", true)) &&
-        !store::expire_here(now, settings::expire_batch_size, store::Pace::share, true, &deleted))
+        !claims::expire_here(now, settings::expire_batch_size, store::Pace::share, true, &deleted))
         deleted = 0;
     PopActiveSnapshot();
     CommitTransactionCommand();

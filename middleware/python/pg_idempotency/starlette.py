@@ -61,7 +61,9 @@ async def close(conn: Any) -> None:
 
 
 class IdempotencyMiddleware:
-    def __init__(self, app: ASGIApp, connect: Connect,
+    # `app` positional-only, as Starlette 0.35+'s add_middleware types its factory:
+    # otherwise mypy refuses add_middleware(IdempotencyMiddleware, ...) there.
+    def __init__(self, app: ASGIApp, /, connect: Connect,
                  release: Optional[Callable[[Any], Union[None, Awaitable[None]]]] = None,
                  methods: Iterable[str] = ("POST", "PATCH"), *,
                  tenant: Optional[Hook[StarletteRequest]] = None,

@@ -50,7 +50,9 @@ def async_app():
 
 async def duplicates(app, key):
     anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
-    async with httpx.AsyncClient(app=app, base_url="http://test", timeout=60) as client:
+    # transport=, not app=: httpx 0.27 removed the shortcut (Debian 13 ships 0.28).
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as client:
         return await asyncio.gather(*(
             client.post("/orders", json={"item": "waited"}, headers={"Idempotency-Key": key})
             for _ in range(DUPLICATES)))
