@@ -73,7 +73,8 @@ Datum scope_text(Datum scope, Oid type)
     return CStringGetTextDatum(OidOutputFunctionCall(output, scope));
 }
 
-Datum scope_arg(FunctionCallInfo fcinfo)
+// Argument 0, the scope, as text, spelled as the caller gave it.
+static Datum given_scope(FunctionCallInfo fcinfo)
 {
     Datum scope = required_arg(fcinfo, 0, "scope");
     // The declared type, from the call's expression (or, for a call without
@@ -89,12 +90,18 @@ Datum scope_arg(FunctionCallInfo fcinfo)
     return scope_text(scope, type);
 }
 
+Datum scope_arg(FunctionCallInfo fcinfo)
+{
+    return store::tenant_scope(given_scope(fcinfo));
+}
+
 store::Key key_args(FunctionCallInfo fcinfo)
 {
     store::Key args;
     args.tenant = tenant_of_caller();
-    args.scope = scope_arg(fcinfo);
+    args.scope = given_scope(fcinfo);
     args.key = PointerGetDatum(DatumGetTextPP(required_arg(fcinfo, 1, "key")));
+    // (Checked as given, as idempotency_key_problem checks it.)
     switch (key_problem(args.scope, args.key))
     {
         case KeyProblem::empty_key:
@@ -108,6 +115,7 @@ store::Key key_args(FunctionCallInfo fcinfo)
         case KeyProblem::none:
             break;
     }
+    args.scope = store::tenant_scope(args.scope);
     return args;
 }
 

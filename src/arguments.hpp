@@ -42,9 +42,11 @@ KeyProblem key_problem(Datum scope, Datum key);
 // A scope of type `type` as text: the variants of the functions for Citus
 // tenants of type bigint and uuid take it as that type, whose text it is.
 Datum scope_text(Datum scope, Oid type);
-// Argument 0, the scope, as text (scope_text).
+// Argument 0, the scope, as text (scope_text), as the keys store it
+// (store::tenant_scope).
 Datum scope_arg(FunctionCallInfo fcinfo);
-// Arguments 0 and 1 (scope, key), checked, with the calling tenant.
+// Arguments 0 and 1 (scope, key), checked, with the calling tenant; the
+// scope as the keys store it.
 store::Key key_args(FunctionCallInfo fcinfo);
 // With idempotency.tenant_isolation = role, the calling role; else none.
 Oid tenant_of_caller();

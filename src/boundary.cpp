@@ -112,6 +112,20 @@ Datum errors_without_request_data(PGFunction body, FunctionCallInfo fcinfo)
     return result;
 }
 
+void errors_without_request_data(void (*body)(void *argument), void *argument)
+{
+    MemoryContext context = CurrentMemoryContext;
+    PG_TRY();
+    {
+        body(argument);
+    }
+    PG_CATCH();
+    {
+        rethrow_without_request_data(context);
+    }
+    PG_END_TRY();
+}
+
 char *key_for_message(Datum key)
 {
     constexpr int shown_bytes = 32;

@@ -101,6 +101,9 @@ template <typename Body> inline auto guarded(Body &&body) -> decltype(body())
 // body's locals share a frame with the setjmp: an inlined body would leave
 // them liable to clobbering by the longjmp.
 Datum errors_without_request_data(PGFunction body, FunctionCallInfo fcinfo);
+// The same for a hook's work on a statement that may hold request data (a
+// call Citus delegates: its planning and its run), `argument` passed on.
+void errors_without_request_data(void (*body)(void *argument), void *argument);
 
 } // namespace idempotency
 

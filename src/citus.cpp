@@ -27,6 +27,10 @@ extern "C"
 #include "nodes/primnodes.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/planner.h"
+#include "funcapi.h"
+#include "nodes/nodeFuncs.h"
+#include "tcop/utility.h"
+#include "utils/regproc.h"
 #include "parser/parsetree.h"
 #include "utils/syscache.h"
 #include "catalog/pg_class.h"
@@ -79,7 +83,8 @@ struct Layout
     Oid owner;         // the table's owner
     FmgrInfo shard_id; // Citus's get_shard_id_for_distribution_column(), for key_type
     FmgrInfo input;    // by_shard_key: the type's input function, and its
-    Oid input_param;   //   type parameter, which read the scope as that type
+    Oid input_param;   //   type parameter, which read the scope as that type,
+    FmgrInfo output;   //   and its output function, which spells the value
     int32 group;       // this node's group: 0 on the coordinator, -1 without Citus
     int shard_count;   // shards, sorted by the start of their range
     Shard *shards;
@@ -262,23 +267,53 @@ static void read_partition(Layout &next, Oid pg_dist_partition)
         Oid input;
         getTypeInputInfo(var->vartype, &input, &next.input_param);
         fmgr_info_cxt(input, &next.input, layout_context);
+        Oid output;
+        bool varlena;
+        getTypeOutputInfo(var->vartype, &output, &varlena);
+        fmgr_info_cxt(output, &next.output, layout_context);
     }
     next.key_type = var->vartype;
     next.distributed = true;
 }
 
-// The Citus versions (major.minor of the extension) whose private layout
-// this file relies on -- the columns of its catalogs, the tag of the shard
-// metadata lock tried without waiting, the signatures of the routines and
-// flags its library exports (up to PostgreSQL 15) -- each run by
-// test/t/060_citus.pl (13.2 also on PostgreSQL 17, 14.0 on 18).  A later
-// version could change one of them without anything here noticing, so
-// distributed keys are refused on any other version rather than kept
-// unprotected.
-static const char *const tested_citus_versions[] = {"13.0", "13.1", "13.2", "14.0"};
+// The Citus releases (major.minor) whose private layout this file relies on
+// -- the columns of its catalogs, the tag of the shard metadata lock tried
+// without waiting, the signatures of the routines and flags its library
+// exports (up to PostgreSQL 15), its rule that an update of a replicated
+// reference table commits in two phases -- on the PostgreSQL major version
+// each was tested on by test/t/060_citus.pl and t/061.  A Citus release on
+// another PostgreSQL major is another build, with other code paths (and
+// from 16 on other exports): untested too.  A change there could go
+// unnoticed here, so anything that relies on that layout is refused on any
+// other pair rather than run unprotected.
+static const struct
+{
+    int postgres;
+    const char *citus;
+} tested_citus_releases[] = {{15, "13.0"}, {15, "13.1"}, {15, "13.2"}, {17, "13.2"}, {18, "14.0"}};
 
+// Whether Citus `version` ("13.2-1" from its catalog, "13.2.2" from its
+// library: the release first) was tested on this PostgreSQL major.
+static bool tested_citus(const char *version)
+{
+    size_t release = strspn(version, "0123456789");
+    if (version[release] == '.')
+        release += 1 + strspn(version + release + 1, "0123456789");
+    for (const auto &tested : tested_citus_releases)
+        if (tested.postgres == PG_VERSION_NUM / 10000 && strlen(tested.citus) == release &&
+            strncmp(tested.citus, version, release) == 0)
+            return true;
+    return false;
+}
+
+// The guard in front of Citus's private layout: the loaded library's
+// release (whose routines, flags and lock tags are used) and the installed
+// extension's (whose catalogs are read) must both be a tested pair with
+// this PostgreSQL major.  Every lookup of a routine in Citus's library
+// (exported) and every read of the layout goes through it first.
 static void require_tested_citus()
 {
+    const char *library = GetConfigOption("citus.version", true, false);
     Oid citus = get_extension_oid("citus", true);
     char *version = nullptr;
     if (OidIsValid(citus))
@@ -288,19 +323,30 @@ static void require_tested_citus()
                          Datum extversion = column(rel, tuple, "extversion", TEXTOID, &isnull);
                          version = isnull ? nullptr : TextDatumGetCString(extversion);
                      });
-    if (version == nullptr)
-        version = pstrdup("(unknown)");
-    size_t release = strcspn(version, "-"); // "13.2-1": the release, then Citus's script step
-    for (const char *tested : tested_citus_versions)
-        if (strlen(tested) == release && strncmp(tested, version, release) == 0)
-            return;
+    const char *untested = nullptr;
+    if (library == nullptr)
+        untested = "(not loaded)";
+    else if (!tested_citus(library))
+        untested = library;
+    else if (version == nullptr || !tested_citus(version))
+        untested = version != nullptr ? version : "(unknown)";
+    if (untested == nullptr)
+        return;
+    StringInfoData tested;
+    initStringInfo(&tested);
+    for (const auto &release : tested_citus_releases)
+        appendStringInfo(&tested, "%s%s on %d", tested.len > 0 ? ", " : "", release.citus,
+                         release.postgres);
     ereport(ERROR,
             (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-             errmsg("Citus %s is not a version this extension is tested with", version),
-             errdetail("With distributed keys, the extension reads Citus's catalogs and takes its "
-                       "shard locks as Citus 13.0 to 14.0 lay them out; on another "
-                       "version a change there could let a shard move have a key claimed twice."),
-             errhint("Use a tested Citus version (see doc/citus.md), or an idempotency release "
+             errmsg("Citus %s on PostgreSQL %d is not a combination this extension is tested with",
+                    untested, PG_VERSION_NUM / 10000),
+             errdetail("The extension reads Citus's catalogs, takes its shard locks and calls its "
+                       "library as the tested releases lay them out (Citus %s); on another "
+                       "release a change there could let a shard move have a key claimed twice, "
+                       "or a commit lose a claim.",
+                       tested.data),
+             errhint("Use a tested Citus release (see doc/citus.md), or an idempotency release "
                      "tested with this one.")));
 }
 
@@ -466,6 +512,17 @@ static Datum scope_value(FmgrInfo *input, Oid input_param, Oid type, Datum scope
     return value;
 }
 
+Datum tenant_scope(Oid keys, Datum scope)
+{
+    const Layout &current = layout_of(keys);
+    if (!current.by_shard_key)
+        return scope;
+    // (Neither function reads a catalog: `current` stays valid.)
+    Datum value = scope_value(const_cast<FmgrInfo *>(&current.input), current.input_param,
+                              current.key_type, scope);
+    return CStringGetTextDatum(OutputFunctionCall(const_cast<FmgrInfo *>(&current.output), value));
+}
+
 Datum scope_as(Oid type, Datum scope)
 {
     Oid input, input_param;
@@ -572,6 +629,7 @@ static Placement place(Oid keys, Datum scope)
 // loaded library is never unloaded, so the address stays valid.
 static void *exported(const char *name)
 {
+    require_tested_citus(); // the routines' signatures are Citus's private layout
     return load_external_function("$libdir/citus", name, false, nullptr);
 }
 
@@ -686,9 +744,13 @@ static bool request_two_phase()
 {
     if (!citus_in_database())
         return true; // no coordinated transactions
+    static bool looked_up = false;
     static void (*use_2pc)() = nullptr;
-    if (use_2pc == nullptr)
+    if (!looked_up)
+    {
         use_2pc = reinterpret_cast<void (*)()>(exported("Use2PCForCoordinatedTransaction"));
+        looked_up = true;
+    }
     if (use_2pc == nullptr)
         return false;
     use_2pc();
@@ -915,10 +977,9 @@ Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode, bool elsewhere_
 
 // Citus's exported routines and flags that forward_call relies on, looked up
 // once in the loaded library (NULL when a version does not export one: then
-// calls are not forwarded).  Only read on the Citus releases the layout is
-// trusted on (require_tested_citus, which layout_of() ran before any
-// placement was found elsewhere).  Safe to keep for the backend's life: a
-// loaded library is never unloaded, so the addresses stay valid.
+// calls are not forwarded), behind the version guard (exported).  Safe to
+// keep for the backend's life: a loaded library is never unloaded, so the
+// addresses stay valid.
 struct CitusExecution
 {
     bool looked_up;
@@ -1431,38 +1492,53 @@ static void on_transaction_event(XactEvent event, void *)
     }
 }
 
-// Whether Citus distributes `function` by an argument (a row of
-// pg_dist_object with a distribution argument): a call of it in a
-// transaction block is delegated to that argument's node, where a handler's
-// claim is made.  The last answer is kept until an invalidation of
-// pg_dist_object (Citus's trigger on it sends one) or of the layout.
-static bool citus_distributed_function(Oid function)
+// How Citus distributes a function (its row of pg_dist_object): by which
+// argument, co-located with which tables.
+struct DistributedFunction
+{
+    bool distributed; // by an argument: Citus delegates its calls by it
+    int argument;     // distribution_argument_index: of all its arguments
+    uint32 colocation;
+};
+
+// How Citus distributes `function`; not distributed for a built-in one
+// (Citus distributes only functions users create).  A call of such a
+// function in a transaction block is delegated to that argument's node,
+// where a handler's claim is made.  The last answer is kept until an
+// invalidation of pg_dist_object (Citus's trigger on it sends one) or of
+// the layout.
+static DistributedFunction citus_distributed_function(Oid function)
 {
     static struct
     {
         Oid function;
         uint64 generation;
-        bool distributed;
+        DistributedFunction found;
     } last = {};
+    if (function < FirstNormalObjectId)
+        return DistributedFunction{};
     watch_invalidations();
     if (last.function == function && last.generation == invalidations)
-        return last.distributed;
+        return last.found;
     uint64 generation = invalidations;
     Oid pg_dist_object = catalog("pg_dist_object");
     watched_dist_object = pg_dist_object;
-    bool distributed = false;
+    DistributedFunction found = {};
     if (OidIsValid(pg_dist_object))
-        scan_catalog(pg_dist_object, "pg_dist_object_pkey", "objid", OIDOID, F_OIDEQ,
-                     ObjectIdGetDatum(function), [&](Relation rel, HeapTuple tuple) {
-                         bool isnull, no_argument;
-                         Oid classid =
-                             DatumGetObjectId(column(rel, tuple, "classid", OIDOID, &isnull));
-                         column(rel, tuple, "distribution_argument_index", INT4OID, &no_argument);
-                         distributed =
-                             distributed || (classid == ProcedureRelationId && !no_argument);
-                     });
-    last = {function, generation, distributed};
-    return distributed;
+        scan_catalog(
+            pg_dist_object, "pg_dist_object_pkey", "objid", OIDOID, F_OIDEQ,
+            ObjectIdGetDatum(function), [&](Relation rel, HeapTuple tuple) {
+                bool isnull, no_argument, no_colocation;
+                Oid classid = DatumGetObjectId(column(rel, tuple, "classid", OIDOID, &isnull));
+                Datum argument =
+                    column(rel, tuple, "distribution_argument_index", INT4OID, &no_argument);
+                Datum colocation = column(rel, tuple, "colocationid", INT4OID, &no_colocation);
+                if (classid == ProcedureRelationId && !no_argument)
+                    found = DistributedFunction{true, DatumGetInt32(argument),
+                                                no_colocation ? 0 : DatumGetUInt32(colocation)};
+            });
+    last = {function, generation, found};
+    return found;
 }
 
 // What the hook does with a delegated call's constant scope, through the
@@ -1515,49 +1591,146 @@ static Datum prepare_delegation(FunctionCallInfo fcinfo)
     return (Datum)0;
 }
 
-// Citus delegates a distributed function's call to the node of its
-// distribution argument after the planner has folded the arguments, and
-// hashes that value without a NULL check: a NULL scope would crash the
-// backend.  This hook runs before Citus's planner (the library is loaded
-// after Citus) and refuses such a call with the error the function itself
-// gives, folding the scope argument the way the planner will (bound
-// parameters included); then it reads a scope for a typed tenant and locks
-// the shard of a call that may write (prepare_delegation).  Citus delegates only a constant scope,
-// and plans such a call afresh at each execution (it keeps no generic plan of it), so the hook sees
-// every call Citus delegates.
-static PlannedStmt *plan_delegated_call(Query *query, const char *text, int options,
-                                        ParamListInfo params)
+// A call that Citus may delegate with request data in it: of one of the
+// seven functions (delegated by the scope), or of a function that Citus
+// distributes with the keys (a handler, delegated by its tenant argument).
+struct RequestCall
 {
-    FuncExpr *call = single_call(query);
-    Access access =
-        call != nullptr && call->args != NIL ? delegated_access(call->funcid) : Access::none;
-    // A distributed handler called in a transaction block, which Citus
-    // delegates with force_delegation: it may claim on another node.
-    if (access == Access::none && call != nullptr && IsTransactionBlock() &&
-        citus_distributed_function(call->funcid) && store::keys_in_shards())
+    FuncExpr *call;
+    Access access;           // the API function's; none for a handler
+    DistributedFunction how; // a handler's distribution
+};
+
+// Whether `call`, the single call of `query`, is such a call.  A handler
+// counts only with the keys distributed, in their co-location group (the
+// keys' shards are where Citus sends it), and in a statement Citus
+// delegates: one without a WHERE clause.
+static bool request_call(const Query *query, FuncExpr *call, RequestCall *found)
+{
+    *found = RequestCall{call, Access::none, {}};
+    if (call->args == NIL)
+        return false;
+    found->access = delegated_access(call->funcid);
+    if (found->access != Access::none)
+        return true;
+    found->how = citus_distributed_function(call->funcid);
+    if (!found->how.distributed || !store::keys_in_shards())
+        return false;
+    // (In a transaction block Citus delegates it with force_delegation: it
+    // may claim on another node.)
+    if (IsTransactionBlock())
         delegated_write = true;
-    if (access != Access::none)
+    return query->jointree->quals == nullptr &&
+           layout_of(store::keys_table()).colocation == found->how.colocation;
+}
+
+// The arguments of `call` in the order of the function's declaration, named
+// ones in their places and defaults filled in, as the planner passes them
+// to Citus's (expand_function_arguments): the index Citus keeps counts them
+// so.
+static List *declared_arguments(const FuncExpr *call)
+{
+    HeapTuple procedure = SearchSysCache1(PROCOID, ObjectIdGetDatum(call->funcid));
+    if (!HeapTupleIsValid(procedure))
+        elog(ERROR, "cache lookup failed for function %u", call->funcid);
+    List *arguments = expand_function_arguments(call->args, false, call->funcresulttype, procedure);
+    ReleaseSysCache(procedure);
+    return arguments;
+}
+
+// An argument as Citus's planner sees it: folded by the planner (bound
+// parameters included, as in a custom plan), implicit coercions stripped.
+static Node *folded_argument(Query *query, ParamListInfo params, List *arguments, int n)
+{
+    if (n < 0 || n >= list_length(arguments))
+        return nullptr;
+    PlannerGlobal glob = {};
+    glob.type = T_PlannerGlobal;
+    glob.boundParams = params;
+    PlannerInfo root = {};
+    root.type = T_PlannerInfo;
+    root.glob = &glob;
+    root.parse = query;
+    return strip_implicit_coercions(
+        eval_const_expressions(&root, static_cast<Node *>(list_nth(arguments, n))));
+}
+
+static bool null_constant(const Node *node)
+{
+    return node != nullptr && IsA(node, Const) && castNode(Const, node)->constisnull;
+}
+
+// Citus delegates a distributed function's call by its distribution
+// argument, and hashes that value without a NULL check: a NULL would crash
+// the backend, and with it every session.  22004 instead, before Citus
+// plans the call; for a handler, naming its argument.
+[[noreturn]] static void refuse_null_distribution_argument(Oid function, int argument)
+{
+    char **names = nullptr;
+    HeapTuple procedure = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
+    if (HeapTupleIsValid(procedure))
     {
-        PlannerGlobal glob = {};
-        glob.type = T_PlannerGlobal;
-        glob.boundParams = params;
-        PlannerInfo root = {};
-        root.type = T_PlannerInfo;
-        root.glob = &glob;
-        root.parse = query;
-        Node *scope = eval_const_expressions(&root, static_cast<Node *>(linitial(call->args)));
-        if (IsA(scope, Const) && castNode(Const, scope)->constisnull)
+        Oid *types;
+        char *modes;
+        if (argument >= get_func_arg_info(procedure, &types, &names, &modes))
+            names = nullptr;
+        ReleaseSysCache(procedure);
+    }
+    const char *name = names != nullptr && names[argument] != nullptr && names[argument][0] != '\0'
+                           ? names[argument]
+                           : psprintf("$%d", argument + 1);
+    ereport(ERROR,
+            (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("%s must not be null", name),
+             errdetail("Citus distributes function %s with idempotency.keys by this argument, "
+                       "and delegates its calls by the argument's value.",
+                       format_procedure(function)),
+             errhidestmt(true)));
+}
+
+// A single-call statement to plan, and its plan.
+struct PlanRequest
+{
+    Query *query;
+    const char *text;
+    int options;
+    ParamListInfo params;
+    RequestCall found;
+    PlannedStmt *plan;
+};
+
+static PlannedStmt *next_planner(Query *query, const char *text, int options, ParamListInfo params)
+{
+    return previous_planner != nullptr ? previous_planner(query, text, options, params)
+                                       : standard_planner(query, text, options, params);
+}
+
+// Plans a request call (through the error boundary: the statement may hold
+// request data, and so may any error raised planning it, Citus's included).
+static void plan_request_call(void *argument)
+{
+    PlanRequest &request = *static_cast<PlanRequest *>(argument);
+    const RequestCall &found = request.found;
+    List *arguments = declared_arguments(found.call);
+    if (found.access == Access::none)
+    {
+        if (null_constant(
+                folded_argument(request.query, request.params, arguments, found.how.argument)))
+            refuse_null_distribution_argument(found.call->funcid, found.how.argument);
+    }
+    else
+    {
+        Node *scope = folded_argument(request.query, request.params, arguments, 0);
+        if (null_constant(scope))
             ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                             errmsg("scope must not be null"), errhidestmt(true)));
         // Citus delegates only by a constant scope; a read by a text scope
         // needs nothing (see prepare_delegation).
-        if (IsA(scope, Const) &&
-            !(access == Access::reads && castNode(Const, scope)->consttype == TEXTOID))
+        if (scope != nullptr && IsA(scope, Const) &&
+            !(found.access == Access::reads && castNode(Const, scope)->consttype == TEXTOID))
         {
-            Node *key =
-                access == Access::begins && list_length(call->args) > 1
-                    ? eval_const_expressions(&root, static_cast<Node *>(lsecond(call->args)))
-                    : nullptr;
+            Node *key = found.access == Access::begins
+                            ? folded_argument(request.query, request.params, arguments, 1)
+                            : nullptr;
             bool key_known = key != nullptr && IsA(key, Const) &&
                              !castNode(Const, key)->constisnull &&
                              castNode(Const, key)->consttype == TEXTOID;
@@ -1569,13 +1742,156 @@ static PlannedStmt *plan_delegated_call(Query *query, const char *text, int opti
             prepare->args[1].isnull = false;
             prepare->args[2].value = key_known ? castNode(Const, key)->constvalue : (Datum)0;
             prepare->args[2].isnull = !key_known;
-            prepare->args[3].value = Int32GetDatum(static_cast<int32>(access));
+            prepare->args[3].value = Int32GetDatum(static_cast<int32>(found.access));
             prepare->args[3].isnull = false;
-            errors_without_request_data(prepare_delegation, prepare);
+            prepare_delegation(prepare);
         }
     }
-    return previous_planner != nullptr ? previous_planner(query, text, options, params)
-                                       : standard_planner(query, text, options, params);
+    request.plan = next_planner(request.query, request.text, request.options, request.params);
+}
+
+// The plan of the last request call planned here, whose execution hides its
+// statement from the log too (run_request_plan): Citus raises the errors
+// of a delegated call's remote execution -- a worker that dies mid-call --
+// and logs them with the statement, which may hold the request's body.
+// Kept beyond the statement for a cached plan executed again without
+// planning (one without parameters; Citus plans a call with parameters
+// afresh at each execution); another request call's plan replaces it.  A
+// freed plan's address taken by another plan only hides that statement's
+// line too, never shows one.
+static const PlannedStmt *request_plan = nullptr;
+
+// Citus delegates a distributed function's call to the node of its
+// distribution argument after the planner has folded the arguments.  This
+// hook runs before Citus's planner (the library is loaded after Citus) and,
+// for a request call (request_call), refuses a NULL distribution argument
+// (Citus would crash on it), reads a scope for a typed tenant and locks the
+// shard of a call that may write (prepare_delegation), folding the
+// arguments the way the planner will (named arguments, defaults and bound
+// parameters included).  Citus delegates only a constant distribution
+// argument, and plans a call with parameters afresh at each execution, so
+// the hook sees every call Citus delegates but a cached call without
+// parameters, which it saw when planned.
+static PlannedStmt *plan_delegated_call(Query *query, const char *text, int options,
+                                        ParamListInfo params)
+{
+    FuncExpr *call = single_call(query);
+    PlanRequest request = {query, text, options, params, {}, nullptr};
+    if (call == nullptr || !request_call(query, call, &request.found))
+        return next_planner(query, text, options, params);
+    errors_without_request_data(plan_request_call, &request);
+    request_plan = request.plan;
+    return request.plan;
+}
+
+// The executor's run of a request call's plan, through the error boundary
+// (see request_plan); every other plan runs as it comes.
+static void continue_run(void *run)
+{
+    compat::continue_executor_run(static_cast<compat::ExecutorRunArgs *>(run));
+}
+
+static void run_request_plan(compat::ExecutorRunArgs *run)
+{
+    if (run->query->plannedstmt == request_plan)
+        errors_without_request_data(continue_run, run);
+    else
+        compat::continue_executor_run(run);
+}
+
+static ProcessUtility_hook_type previous_utility = nullptr;
+
+// A CALL's arguments in the order of the procedure's declaration, as Citus
+// reads them to delegate it: its input arguments, with output ones (passed
+// as NULL) in their places.
+static List *declared_call_arguments(const CallStmt *call)
+{
+    HeapTuple procedure = SearchSysCache1(PROCOID, ObjectIdGetDatum(call->funcexpr->funcid));
+    if (!HeapTupleIsValid(procedure))
+        elog(ERROR, "cache lookup failed for procedure %u", call->funcexpr->funcid);
+    Oid *types;
+    char **names;
+    char *modes;
+    int count = get_func_arg_info(procedure, &types, &names, &modes);
+    ReleaseSysCache(procedure);
+    if (modes == nullptr)
+        return call->funcexpr->args;
+    List *arguments = NIL;
+    int in = 0, out = 0;
+    for (int i = 0; i < count; i++)
+    {
+        bool output = modes[i] == PROARGMODE_OUT;
+        const List *from = output ? call->outargs : call->funcexpr->args;
+        int &next = output ? out : in;
+        if (next >= list_length(from))
+            break;
+        arguments = lappend(arguments, list_nth(from, next++));
+        if (modes[i] == PROARGMODE_INOUT)
+            out++;
+    }
+    return arguments;
+}
+
+// A statement to run (ProcessUtility's arguments), and the procedure a CALL
+// of it calls, if Citus distributes it with the keys.
+struct UtilityRequest
+{
+    PlannedStmt *statement;
+    const char *text;
+    bool read_only_tree;
+    ProcessUtilityContext context;
+    ParamListInfo params;
+    QueryEnvironment *environment;
+    DestReceiver *destination;
+    QueryCompletion *completion;
+    DistributedFunction how;
+};
+
+static void next_utility(UtilityRequest &request)
+{
+    (previous_utility != nullptr ? previous_utility : standard_ProcessUtility)(
+        request.statement, request.text, request.read_only_tree, request.context, request.params,
+        request.environment, request.destination, request.completion);
+}
+
+// A CALL of a procedure Citus distributes with the keys (a handler written
+// as a procedure), through the error boundary: Citus delegates it by a
+// constant argument, unfolded, which must not be NULL either.
+static void call_request_procedure(void *argument)
+{
+    UtilityRequest &request = *static_cast<UtilityRequest *>(argument);
+    const CallStmt *call = castNode(CallStmt, request.statement->utilityStmt);
+    List *arguments = declared_call_arguments(call);
+    if (request.how.argument >= 0 && request.how.argument < list_length(arguments) &&
+        null_constant(strip_implicit_coercions(
+            static_cast<Node *>(list_nth(arguments, request.how.argument)))))
+        refuse_null_distribution_argument(call->funcexpr->funcid, request.how.argument);
+    next_utility(request);
+}
+
+// Before Citus's CALL delegation (its utility hook runs after this one):
+// a request procedure's CALL (call_request_procedure); everything else as
+// it comes.
+static void run_utility(PlannedStmt *statement, const char *text, bool read_only_tree,
+                        ProcessUtilityContext context, ParamListInfo params,
+                        QueryEnvironment *environment, DestReceiver *destination,
+                        QueryCompletion *completion)
+{
+    UtilityRequest request = {statement,   text,        read_only_tree, context, params,
+                              environment, destination, completion,     {}};
+    Node *parsed = statement->utilityStmt;
+    if (parsed != nullptr && IsA(parsed, CallStmt))
+    {
+        const FuncExpr *call = castNode(CallStmt, parsed)->funcexpr;
+        request.how = citus_distributed_function(call->funcid);
+        if (request.how.distributed && store::keys_in_shards() &&
+            layout_of(store::keys_table()).colocation == request.how.colocation)
+        {
+            errors_without_request_data(call_request_procedure, &request);
+            return;
+        }
+    }
+    next_utility(request);
 }
 
 void guard_delegation()
@@ -1584,6 +1900,9 @@ void guard_delegation()
         return; // Citus is not loaded before us: nothing delegates our calls
     previous_planner = planner_hook;
     planner_hook = plan_delegated_call;
+    previous_utility = ProcessUtility_hook;
+    ProcessUtility_hook = run_utility;
+    compat::wrap_executor_run(run_request_plan);
     RegisterXactCallback(on_transaction_event, nullptr);
 }
 

@@ -119,6 +119,14 @@ uint64 forward_read(FunctionCallInfo fcinfo, Datum scope, Datum **rows);
 // The scope (text) as a value of `type`, the type of a typed tenant column
 // (bigint, integer or uuid): what shard_key holds.
 Datum scope_as(Oid type, Datum scope);
+
+// The scope under which `keys` (locked by the caller) store a call's keys:
+// when Citus distributes them by a typed tenant (by_shard_key), the
+// tenant's value as its type prints it ('1001' for '01001' or ' 1001', a
+// uuid in lower case), so that every spelling of one tenant names one key;
+// otherwise the scope as given.  A scope that is no value of the type fails
+// with the type's error (22P02, or 22003 out of range).
+Datum tenant_scope(Oid keys, Datum scope);
 // Whether Citus is loaded in this server.
 bool loaded();
 
@@ -136,10 +144,14 @@ bool worker_node();
 
 // While the library is preloaded after Citus (_PG_init): before Citus's
 // planner sees a call of a function that idempotency_distribute()
-// delegates, refuses a NULL scope with 22004 (Citus would crash on it),
-// reads a typed scope as the tenant's type, and -- on a node that would
-// delegate it -- takes the shard metadata lock for a call that may write, so
-// that it waits out a shard move and is delegated to the shard's new node.
+// delegates, or of a function or procedure Citus distributes with the keys
+// (a handler), refuses a NULL distribution argument with 22004 (Citus would
+// crash on it); for the API's functions, reads a typed scope as the
+// tenant's type, and -- on a node that would delegate it -- takes the shard
+// metadata lock for a call that may write, so that it waits out a shard
+// move and is delegated to the shard's new node.  Errors raised planning or
+// running such a call (Citus's, such as a worker lost mid-call, included)
+// are logged without the statement, which may hold the request.
 void guard_delegation();
 
 } // namespace idempotency::citus

@@ -124,4 +124,53 @@ inline List *qualified_name_list(const char *name)
 #endif
 }
 
+// ExecutorRun's arguments, for a hook around it (18 dropped execute_once).
+struct ExecutorRunArgs
+{
+    QueryDesc *query;
+    ScanDirection direction;
+    uint64 count;
+    bool execute_once;
+};
+
+// The hook that was installed before wrap_executor_run's, and its wrapper.
+inline ExecutorRun_hook_type previous_executor_run = nullptr;
+inline void (*executor_run_wrapper)(ExecutorRunArgs *run) = nullptr;
+
+// Runs the rest of the chain: the previous hook, or the executor itself.
+inline void continue_executor_run(ExecutorRunArgs *run)
+{
+#if PG_VERSION_NUM >= 180000
+    (previous_executor_run != nullptr ? previous_executor_run : standard_ExecutorRun)(
+        run->query, run->direction, run->count);
+#else
+    (previous_executor_run != nullptr ? previous_executor_run : standard_ExecutorRun)(
+        run->query, run->direction, run->count, run->execute_once);
+#endif
+}
+
+#if PG_VERSION_NUM >= 180000
+inline void run_executor_wrapper(QueryDesc *query, ScanDirection direction, uint64 count)
+{
+    ExecutorRunArgs run = {query, direction, count, true};
+    executor_run_wrapper(&run);
+}
+#else
+inline void run_executor_wrapper(QueryDesc *query, ScanDirection direction, uint64 count,
+                                 bool execute_once)
+{
+    ExecutorRunArgs run = {query, direction, count, execute_once};
+    executor_run_wrapper(&run);
+}
+#endif
+
+// Installs `wrapper` around every ExecutorRun of this backend (from
+// _PG_init); it calls continue_executor_run to run the plan.
+inline void wrap_executor_run(void (*wrapper)(ExecutorRunArgs *run))
+{
+    previous_executor_run = ExecutorRun_hook;
+    executor_run_wrapper = wrapper;
+    ExecutorRun_hook = run_executor_wrapper;
+}
+
 } // namespace idempotency::compat

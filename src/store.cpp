@@ -295,6 +295,14 @@ bool keys_in_shards()
     return OidIsValid(heap) && citus::distributes(heap);
 }
 
+Datum tenant_scope(Datum scope)
+{
+    if (!citus::loaded())
+        return scope;
+    Oid heap = keys_table();
+    return OidIsValid(heap) ? citus::tenant_scope(heap, scope) : scope;
+}
+
 Key stored_key(const Storage &storage, const Key &key)
 {
     if (storage.has(col_tenant) || !OidIsValid(key.tenant))

@@ -202,6 +202,11 @@ bool keys_in_shards();
 // Fires the AFTER triggers the writes queued and releases what they used.
 void close(Storage &storage);
 
+// The scope as the keys store it: with Citus distributing them by a typed
+// tenant, the tenant's value as its type prints it, so that every spelling
+// of one tenant names one key (citus::tenant_scope); otherwise as given.
+Datum tenant_scope(Datum scope);
+
 // The key as this table stores it.  A table still at 0.1.0 has no tenant
 // column: as 0.1.0 did, the tenant's OID and a slash prefix the scope.  Every
 // other function takes the stored key.

@@ -14,7 +14,10 @@
 # either commit point keeps the claim on the worker and an order on the
 # coordinator together), rolls back with it and with a savepoint; where
 # Citus refuses a remote query, IK005.  A worker never
-# uses keys of its own, and a NULL scope never reaches Citus's delegation.
+# uses keys of its own; a NULL scope, or a NULL tenant of a handler Citus
+# distributes with the keys, never reaches Citus's delegation; a worker lost
+# mid-call leaves no request in the coordinator's log; and an untested pair
+# of Citus release and PostgreSQL major is refused.
 # Skipped, visibly, when the citus library is not installed.
 use strict;
 use warnings;
@@ -254,6 +257,22 @@ sub commit_logged
 # Citus is asked for it by its exported routine (PostgreSQL 15), else by an
 # update of idempotency.two_phase once it is a reference table.
 
+# On a Citus release not tested with this PostgreSQL major, a write of keys
+# kept here is refused before the extension looks up a routine of Citus's
+# library (or updates idempotency.two_phase): the routine's signature is
+# Citus's private layout too.  (In a transaction rolled back.)
+{
+	my ($sqlstate, $stderr) = sql_error($coordinator, $db,
+		q{BEGIN;
+		  SET citus.enable_version_checks TO off;
+		  UPDATE pg_extension SET extversion = '13.9-1' WHERE extname = 'citus';
+		  SELECT outcome FROM idempotency_begin('ten1', 'unguarded', request_hash('x'::text));
+		  ROLLBACK});
+	is($sqlstate, '0A000', 'keys on the coordinator, an untested Citus: a write is refused');
+	like($stderr, qr/Citus 13\.9-1 on PostgreSQL \d+ is not a combination this extension is tested with/,
+		'... before the routine of Citus\'s library is looked up');
+}
+
 if ($without_exports)
 {
 	# A write is refused before it writes, with the reason; a lookup still
@@ -423,12 +442,22 @@ query($create_handler);
 	# catalog laid out otherwise, a call is refused before a key is read.  On
 	# a worker (which reads the distributed keys' layout), in a transaction
 	# rolled back.
+	# A release tested on another PostgreSQL major only is refused too: a
+	# Citus release is another build on each major.
+	my ($major) = query('SHOW server_version_num') =~ /^(\d+)\d{4}$/;
+	my $other_major_only = { 15 => '14.0-1', 17 => '13.1-1', 18 => '13.2-1' }->{$major} // '13.9-1';
 	for my $case (
 		[
 			q{SET citus.enable_version_checks TO off;
 			  UPDATE pg_extension SET extversion = '13.9-1' WHERE extname = 'citus'},
-			qr/Citus 13\.9-1 is not a version this extension is tested with/,
+			qr/Citus 13\.9-1 on PostgreSQL $major is not a combination this extension is tested with/,
 			'an untested Citus version'
+		],
+		[
+			qq{SET citus.enable_version_checks TO off;
+			   UPDATE pg_extension SET extversion = '$other_major_only' WHERE extname = 'citus'},
+			qr/Citus \Q$other_major_only\E on PostgreSQL $major is not a combination/,
+			"Citus $other_major_only, tested on another PostgreSQL major only"
 		],
 		[
 			q{ALTER TABLE pg_dist_shard RENAME COLUMN shardminvalue TO shard_min},
@@ -583,7 +612,20 @@ query($create_handler);
 
 	# A NULL scope, which Citus's delegation would hash without a NULL check:
 	# 22004 from the extension before Citus plans the call, whatever shape
-	# the NULL comes in.
+	# the NULL comes in.  The same for the tenant of a handler that Citus
+	# distributes with the keys (the documented one, a force-delegated one,
+	# and a procedure), which crashed the coordinator before.
+	query(q{CREATE PROCEDURE record_order(p_key text, p_tenant text)
+	            LANGUAGE plpgsql AS $$
+	        BEGIN
+	            INSERT INTO orders (tenant, idem_key, item) VALUES (p_tenant, p_key, 'book');
+	        END $$;
+	        SELECT create_distributed_function('record_order(text, text)', 'p_tenant',
+	                                           colocate_with => 'orders');
+	        CREATE FUNCTION place_order_in_block(p_tenant text, p_key text)
+	            RETURNS text LANGUAGE sql AS $$ SELECT 'never'::text $$;
+	        SELECT create_distributed_function('place_order_in_block(text, text)', 'p_tenant',
+	                                           colocate_with => 'orders', force_delegation => true)});
 	my $pid = query('SELECT pg_postmaster_start_time()');
 	for my $call (
 		q{SELECT * FROM idempotency_begin(NULL, 'k', request_hash('x'::text))},
@@ -591,10 +633,24 @@ query($create_handler);
 		q{SELECT * FROM idempotency_lookup(nullif('a', 'a'), 'k')},
 		q{PREPARE null_scope(text) AS SELECT * FROM idempotency_complete($1, 'k', 200);
 		  EXECUTE null_scope(NULL)},
-		q{BEGIN; SELECT * FROM idempotency_begin(NULL, 'k', request_hash('x'::text))})
+		q{BEGIN; SELECT * FROM idempotency_begin(NULL, 'k', request_hash('x'::text))},
+		q{SELECT * FROM idempotency_begin(key => 'k', scope => NULL, request => request_hash('x'::text))})
 	{
 		my ($null_state) = sql_error($coordinator, $db, $call);
 		is($null_state, '22004', "a NULL scope is refused: $call");
+	}
+	for my $call (
+		q{SELECT outcome FROM place_order(NULL, 'null-tenant', 'book')},
+		q{SELECT place_order(NULL::text, 'null-tenant', 'book')},
+		q{SELECT * FROM place_order(p_key => 'null-tenant', p_item => 'book', p_tenant => NULL)},
+		q{PREPARE null_tenant(text) AS SELECT outcome FROM place_order($1, 'null-tenant', 'book');
+		  EXECUTE null_tenant(NULL)},
+		q{BEGIN; SELECT place_order_in_block(NULL, 'null-tenant')},
+		q{CALL record_order('null-tenant', NULL)})
+	{
+		my ($null_state, $stderr) = sql_error($coordinator, $db, $call);
+		is($null_state, '22004', "a handler's NULL tenant is refused: $call");
+		like($stderr, qr/p_tenant must not be null/, '... naming the argument');
 	}
 	is(query('SELECT pg_postmaster_start_time()'), $pid, 'the coordinator never restarted');
 }
@@ -1040,6 +1096,66 @@ sub make_expiring_keys
 	is( query(sprintf(q{SELECT (%s).outcome}, begin_call('ten6', 'after-rebalance', 'POST /orders'))),
 		'replay', 'rebalance: ... which replays when forwarded')
 	  unless $without_exports;
+}
+
+# ---------------------------------------------------------------------------
+# A worker lost mid-call: Citus's error on the coordinator is logged without
+# the statement, which holds the request (a call Citus delegates, of the API
+# or of a handler distributed with the keys)
+# ---------------------------------------------------------------------------
+{
+	query(q{CREATE FUNCTION held_order(p_tenant text, p_key text, p_item text)
+	            RETURNS text LANGUAGE plpgsql AS $$
+	        BEGIN
+	            PERFORM pg_advisory_xact_lock(4242);
+	            RETURN (idempotency_begin(p_tenant, p_key, request_hash(p_item))).outcome;
+	        END $$;
+	        SELECT create_distributed_function('held_order(text, text, text)', 'p_tenant',
+	                                           colocate_with => 'orders')});
+	my $worker = worker_of('ten7');
+	# The handler waits for an advisory lock on the worker, the API's begin
+	# for a claim that a transaction through the coordinator holds there.
+	my $holder = $worker->background_psql($db);
+	$holder->query_safe('SELECT pg_advisory_lock(4242)');
+	my $claimer = $coordinator->background_psql($db);
+	$claimer->query_safe('BEGIN');
+	is($claimer->query_safe('SELECT outcome FROM ' . begin_call('ten7', 'held-api', 'POST /orders')),
+		'claimed', 'worker lost: a claim is held on the worker');
+	my $marker = 'body-marker-' . int(rand(1_000_000_000));
+	my $log_offset = -s $coordinator->logfile;
+	my @calls = (
+		sprintf(q{SELECT held_order('ten7', 'held-handler', %s)}, quote($marker)),
+		sprintf(q{SELECT outcome FROM idempotency_begin('ten7', 'held-api', request_hash('POST /orders'::text),
+		                                                wait => '10 minutes',
+		                                                claim_data => jsonb_build_object('body', %s::text))},
+			quote($marker)));
+	# (Cluster.pm logs every statement; a server that does not is what the
+	# check below is about.)
+	my (%out, @runs);
+	for my $i (0 .. $#calls)
+	{
+		push @runs, IPC::Run::start(
+			[
+				'psql', '-XAtq', '-d', $coordinator->connstr($db),
+				'-c', 'SET log_statement = none', '-c', $calls[$i]
+			],
+			'>', \$out{"out$i"}, '2>', \$out{"err$i"});
+	}
+	ok( $worker->poll_query_until(
+			$db, q{SELECT count(*) = 2 FROM pg_stat_activity
+			        WHERE state = 'active' AND wait_event IS NOT NULL AND query LIKE '%held-%'
+			          AND pid <> pg_backend_pid()}),
+		'worker lost: both calls wait on the worker');
+	$worker->stop('immediate');
+	ok(!$_->finish, 'worker lost: the call fails') for @runs;
+	eval { $_->quit } for $claimer, $holder;
+	my $log = slurp_file($coordinator->logfile, $log_offset);
+	like($out{"err$_"}, qr/ERROR: /, "worker lost: call $_ got an error") for 0 .. $#calls;
+	cmp_ok(scalar(() = $log =~ /ERROR: /g), '>=', scalar(@calls), 'worker lost: the coordinator logged the errors')
+	  or diag($log);
+	unlike($log, qr/\Q$marker\E/, '... without the request in any line');
+	$worker->start;
+	is(outcome_of('ten7', 'held-handler'), 'claimed', 'worker lost: after its restart, the request runs');
 }
 
 done_testing();

@@ -81,6 +81,12 @@ for my $type (qw(bigint integer uuid))
 	my @tenant = @{ $tenants{$type} };
 	# The scope as the delegated functions take it.
 	my $typed = sub { my ($tenant) = @_; return \(quote($tenant) . "::$scope_type{$type}") };
+	# Another spelling of a tenant's value, as a text scope: zeros after
+	# the sign, a uuid in upper case.
+	my $spelled = sub {
+		my ($tenant) = @_;
+		return $type eq 'uuid' ? uc $tenant : $tenant =~ s/^(-?)/${1}00/r;
+	};
 	$query->(
 		qq{CREATE EXTENSION idempotency;
 		   CREATE TABLE orders (tenant_id $type NOT NULL, id bigserial,
@@ -88,19 +94,23 @@ for my $type (qw(bigint integer uuid))
 		                        PRIMARY KEY (tenant_id, id));
 		   SELECT create_distributed_table('orders', 'tenant_id', shard_count => 4)});
 
-	# Keys stored before the distribution, on the coordinator.
+	# Keys stored before the distribution, on the coordinator: one of a
+	# tenant, one of a scope that is not a tenant value, one under another
+	# spelling of a tenant, and a key stored under two spellings of one.
 	my ($bad_scope, $bad_state) = @{ $not_a_tenant{$type} };
+	my @stored = ([ $tenant[0], 'before' ], [ $bad_scope, 'k' ], [ $spelled->($tenant[0]), 'spelled-before' ],
+		[ $tenant[0], 'twin' ], [ $spelled->($tenant[0]), 'twin' ]);
 	if ($without_exports)
 	{
 		$query->(
-			join ';', $order_sql->($tenant[0], 'before'),
+			join ';', $order_sql->($tenant[0], 'before'), $order_sql->($spelled->($tenant[0]), 'spelled-before'),
 			map {
 				sprintf(q{INSERT INTO idempotency.keys (scope, key, request, created_at, ttl, expires_at,
 				                                        status, attempt, completed_at, response_status)
 				          VALUES (%s, %s, request_hash('POST /orders'::text), now(), '1 day',
 				                  now() + '1 day', 'c', 1, now(), 201)},
 					quote($_->[0]), quote($_->[1]))
-			} [ $tenant[0], 'before' ], [ $bad_scope, 'k' ]);
+			} @stored);
 	}
 	else
 	{
@@ -109,6 +119,11 @@ for my $type (qw(bigint integer uuid))
 			"claimed 1\nt", "$type: a request before the keys are distributed");
 		is(run_request($coordinator, $db, $bad_scope, 'k', 'POST /orders', 201),
 			"claimed 1\nt", "$type: a key of a scope that is not a $type");
+		is( run_request($coordinator, $db, $spelled->($tenant[0]), 'spelled-before', 'POST /orders', 201,
+				write => $order_sql->($spelled->($tenant[0]), 'spelled-before')),
+			"claimed 1\nt", "$type: a key under another spelling of a tenant");
+		is(run_request($coordinator, $db, $_->[0], $_->[1], 'POST /orders', 201),
+			"claimed 1\nt", "$type: a key under the spelling $_->[0]") for @stored[ 3, 4 ];
 	}
 	my ($sqlstate, $stderr) =
 	  sql_error($coordinator, $db, q{SELECT idempotency_distribute('orders')});
@@ -119,6 +134,14 @@ for my $type (qw(bigint integer uuid))
 		"$type: ... and says why");
 	is($distribution_state->(), "0\ntext", "$type: ... with nothing changed");
 	$query->(sprintf(q{DELETE FROM idempotency.keys WHERE scope = %s}, quote($bad_scope)));
+	# Once distributed, a scope names the tenant's value as its type prints
+	# it: two keys that would become one stop it, with nothing changed.
+	($sqlstate, $stderr) = sql_error($coordinator, $db, q{SELECT idempotency_distribute('orders')});
+	is($sqlstate, '23505', "$type: a key stored under two spellings of one tenant stops it (23505)");
+	like($stderr, qr/two stored keys have the same key and scopes that spell one value of type $type/,
+		"$type: ... and says why");
+	is($distribution_state->(), "0\ntext", "$type: ... with nothing changed");
+	$query->(q{DELETE FROM idempotency.keys WHERE key = 'twin'});
 	if ($type eq 'bigint')
 	{
 		# A worker's own table (unused, but changed with the coordinator's)
@@ -157,6 +180,12 @@ for my $type (qw(bigint integer uuid))
 		'replay',
 		"$type: a text scope is not delegated, and is forwarded from the coordinator to its shard")
 	  unless $without_exports;
+	is( $query->(
+			sprintf(q{SELECT scope = %s FROM idempotency.keys WHERE key = 'spelled-before';
+			          BEGIN; SELECT outcome FROM %s; COMMIT},
+				quote($tenant[0]), begin_call($typed->($tenant[0]), 'spelled-before', 'POST /orders'))),
+		"t\nreplay",
+		"$type: a key stored under another spelling moved to the tenant's, and replays");
 
 	# Every tenant through the coordinator: Citus delegates each call by the
 	# scope read as $type, and the functions on the node must pick the
@@ -185,6 +214,27 @@ for my $type (qw(bigint integer uuid))
 	is( $query->(
 			sprintf(q{SELECT status FROM idempotency_lookup(%s, 'k')}, ${ $typed->($tenant[1]) })),
 		'completed', "$type: a lookup is delegated too");
+	# Every spelling of the tenant names the same key: on the node of its
+	# shard, and forwarded there from the coordinator.
+	my $spelling = $spelled->($tenant[1]);
+	my ($shard_node) = grep {
+		$_->port == $query->(
+			sprintf(q{SELECT nodeport FROM pg_dist_shard_placement
+			           WHERE shardid = get_shard_id_for_distribution_column('orders', %s)},
+				quote($tenant[1])))
+	} @workers;
+	for my $node ($shard_node, $without_exports ? () : $coordinator)
+	{
+		my $where = $node == $coordinator ? 'forwarded from the coordinator' : 'on the node of its shard';
+		is( $node->safe_psql(
+				$db,
+				sprintf(q{BEGIN; SELECT outcome FROM %s; COMMIT;
+				          SELECT status FROM idempotency_lookup(%s, 'k');
+				          SELECT string_agg(key, ',') FROM idempotency_keys(%s)},
+					begin_call($spelling, 'k', 'POST /orders'), quote($spelling), quote($spelling))),
+			"replay\ncompleted\nk",
+			"$type: the scope $spelling replays, looks up and lists the key of $tenant[1], $where");
+	}
 
 	# A distributed handler with the typed tenant, which it passes as text.
 	$query->(
@@ -463,21 +513,33 @@ for my $type (qw(bigint integer uuid))
 		"$type: after the shard operations, each request's order is there once per completed key");
 }
 
+# A database of its own on every node, a Citus cluster, with the extension
+# at $version and orders distributed by the tenant column $tenant ("name
+# type"), the keys distributed with them by that version; returns a sub that
+# runs SQL there on the coordinator.
+sub distributed_at_version
+{
+	my ($db, $version, $tenant) = @_;
+	my ($column) = split / /, $tenant;
+	$_->safe_psql('postgres', "CREATE DATABASE $db") for $coordinator, @workers;
+	citus_database($db, $coordinator, @workers);
+	my $query = sub { return $coordinator->safe_psql($db, shift) };
+	$query->(
+		qq{CREATE EXTENSION idempotency VERSION '$version';
+		   CREATE TABLE orders ($tenant NOT NULL, id bigserial,
+		                        idem_key text NOT NULL, item text NOT NULL,
+		                        PRIMARY KEY ($column, id));
+		   SELECT create_distributed_table('orders', '$column', shard_count => 4);
+		   SELECT idempotency_distribute('orders')});
+	return $query;
+}
+
 # An update from 0.2.0 with keys that Citus already distributes (by a text
 # scope): Citus adds shard_key to the workers' tables and to the shards from
 # the coordinator's script, and each worker's script keeps it.
 {
 	my $db = 'updated';
-	$_->safe_psql('postgres', "CREATE DATABASE $db") for $coordinator, @workers;
-	citus_database($db, $coordinator, @workers);
-	my $query = sub { return $coordinator->safe_psql($db, shift) };
-	$query->(
-		q{CREATE EXTENSION idempotency VERSION '0.2.0';
-		  CREATE TABLE orders (tenant text COLLATE "C" NOT NULL, id bigserial,
-		                       idem_key text NOT NULL, item text NOT NULL,
-		                       PRIMARY KEY (tenant, id));
-		  SELECT create_distributed_table('orders', 'tenant', shard_count => 4);
-		  SELECT idempotency_distribute('orders')});
+	my $query = distributed_at_version($db, '0.2.0', 'tenant text COLLATE "C"');
 	is(run_request($coordinator, $db, 't1', 'old', 'POST /orders', 201),
 		"claimed 1\nt", 'update: a request at 0.2.0');
 	$query->(q{ALTER EXTENSION idempotency UPDATE TO '0.3.0'});
@@ -519,6 +581,42 @@ for my $type (qw(bigint integer uuid))
 	  unless $without_exports;
 	($ret, $out, $err) = $coordinator->psql($db, q{SELECT idempotency_distribute('orders')});
 	like($err, qr/idempotency.keys is already distributed/, 'update: and a third call is refused');
+}
+
+# An update from 0.3.0 with keys distributed by a bigint tenant, some stored
+# under another spelling of their tenant (as 0.3.0 stored a text scope): the
+# update moves each to the tenant's value as bigint prints it, where calls
+# look for it now, and leaves a key stored under both spellings as stored,
+# with a WARNING.
+{
+	my $db = 'spelled';
+	my $query = distributed_at_version($db, '0.3.0', 'tenant_id bigint');
+	is(run_request($coordinator, $db, \'1001::bigint', 'twin', 'POST /orders', 201),
+		"claimed 1\nt", 'update of spellings: a request of tenant 1001');
+	$query->(join ';', map {
+		sprintf(q{INSERT INTO idempotency.keys (scope, key, request, created_at, ttl, expires_at,
+		                                        status, attempt, completed_at, response_status, shard_key)
+		          VALUES (%s, %s, request_hash('POST /orders'::text), now(), '1 day',
+		                  now() + '1 day', 'c', 1, now(), 201, 1001)},
+			quote($_->[0]), quote($_->[1]))
+	} [ '01001', 'spelled' ], [ '+1001', 'twin' ]);
+	my ($version) = slurp_file('idempotency.control') =~ /^default_version\s*=\s*'([^']+)'/m;
+	my ($ret, $out, $err) = $coordinator->psql($db, q{ALTER EXTENSION idempotency UPDATE});
+	is($ret, 0, 'update of spellings: the update succeeds') or diag($err);
+	like($err, qr/WARNING:  idempotency: 1 stored keys are also stored under their tenant's canonical scope/,
+		'update of spellings: ... with a WARNING for the key stored under both');
+	is( join(',',
+			map { $_->safe_psql($db, q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}) }
+			  $coordinator, @workers),
+		"$version,$version,$version", 'update of spellings: every node is updated');
+	is( $query->(
+			q{SELECT string_agg(scope || '/' || key, ',' ORDER BY key, scope) FROM idempotency.keys}),
+		'1001/spelled,+1001/twin,1001/twin',
+		'update of spellings: the key under another spelling moved, the one under both stayed');
+	is( $query->(
+			sprintf(q{BEGIN; SELECT outcome FROM %s; COMMIT},
+				begin_call(\'1001::bigint', 'spelled', 'POST /orders'))),
+		'replay', 'update of spellings: the moved key replays');
 }
 
 done_testing();
