@@ -193,19 +193,28 @@ function unclaimed(row) {
   return answers.mismatch();
 }
 
+// omit_oversized => false: a response over the server's limit raises 54000 instead of
+// being stored without its body.
+const COMPLETE = `idempotency_complete($1, $2, $3, response_headers => $4::jsonb,
+                                      response_body_bytes => $5, attempt => $6::integer,
+                                      omit_oversized => false)`;
+
+// Stores the response; whether it was stored.  The server stores a 5xx (which only
+// options.storeServerErrors asks for) only with idempotency.store_server_errors on: it is
+// set for the transaction first, in the same statement -- a CASE evaluates its condition
+// before its result (PostgreSQL's manual, "Expression Evaluation Rules").
 async function complete(client, request, response, options, attempt) {
   const headers = {};
   for (const [name, value] of Object.entries(response.headers)) {
     if (options.storedHeaders.includes(name.toLowerCase())) headers[name.toLowerCase()] = String(value);
   }
-  // omit_oversized => false: a response over the server's limit raises 54000 instead of
-  // being stored without its body.
-  await client.query(
-    `SELECT idempotency_complete($1, $2, $3, response_headers => $4::jsonb,
-                                 response_body_bytes => $5, attempt => $6::integer,
-                                 omit_oversized => false)`,
-    [request.scope, request.key, response.status, JSON.stringify(headers), response.body, attempt ?? null],
-  );
+  const sql = response.status >= 500
+    ? `SELECT CASE WHEN pg_catalog.set_config('idempotency.store_server_errors', 'on', true) IS NOT NULL
+                   THEN ${COMPLETE} END AS stored`
+    : `SELECT ${COMPLETE} AS stored`;
+  const { rows } = await client.query(sql,
+    [request.scope, request.key, response.status, JSON.stringify(headers), response.body, attempt ?? null]);
+  return rows[0].stored === true;
 }
 
 // What a handler writes, held until it is stored: the chunks up to `cap` bytes, and only
@@ -335,8 +344,14 @@ class Course {
         await this.abort(); // the work and the claim: a retry runs again
         return response;
       }
-      await complete(this.client, this.request, response, this.options,
+      const stored = await complete(this.client, this.request, response, this.options,
         this.options.lease != null ? this.attempt : null);
+      if (!stored) {
+        // Nothing stored: the work must not commit without its response, or a retry
+        // would run it again.  Rolled back, the 5xx is sent as any 5xx not stored.
+        await this.abort();
+        return response;
+      }
       await this.end('COMMIT');
       return response;
     } catch (error) {

@@ -193,6 +193,18 @@ function checks(name) {
     assert.deepStrictEqual(rejections, []); // Express 4: the middleware caught it
   });
 
+  check('storeServerErrors stores a 5xx with the server\'s setting off: run once, then replayed', async () => {
+    const url = await started({ storeServerErrors: true });
+    const key = fresh('key');
+    const item = fresh('item');
+    assert.strictEqual((await pool.query("SELECT current_setting('idempotency.store_server_errors') AS s")).rows[0].s, 'off');
+    const first = await post(`${url}/orders`, { item, status: 503 }, key);
+    assert.strictEqual(first.status, 503);
+    assert.strictEqual(first.headers['idempotent-replayed'], undefined);
+    assertReplay(await post(`${url}/orders`, { item, status: 503 }, key), first);
+    assert.strictEqual(await orders(item), 1);
+  });
+
   check('two tenants, one key: two records, each retry gets its own tenant\'s response', async () => {
     const key = fresh('key');
     const item = fresh('item');

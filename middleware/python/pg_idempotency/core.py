@@ -359,6 +359,12 @@ def begin_query(scope: str, request: Request, options: "Options[Any]", lease: Op
     return Query(sql, (scope, request.key, *hash_params, *params))
 
 
+# omit_oversized => false: a response over the server's limit raises 54000 instead of being
+# stored without its body.
+COMPLETE = ("idempotency_complete(%s, %s, %s, response_headers => %s::jsonb,"
+            " response_body_bytes => %s, attempt => %s::integer, omit_oversized => false)")
+
+
 def complete_query(scope: str, key: str, response: Response, options: "Options[Any]",
                    attempt: Optional[int]) -> Query:
     """Stores the response whole or fails with 54000: never a record without its body."""
@@ -369,9 +375,14 @@ def complete_query(scope: str, key: str, response: Response, options: "Options[A
             previous = headers.get(name)
             headers[name] = value if previous is None else (
                 [*previous, value] if isinstance(previous, list) else [previous, value])
-    return Query("SELECT idempotency_complete(%s, %s, %s, response_headers => %s::jsonb,"
-                 " response_body_bytes => %s, attempt => %s::integer, omit_oversized => false)",
-                 (scope, key, response.status, json.dumps(headers), response.body, attempt))
+    # The server stores a 5xx (which only options.store_server_errors asks for) only with
+    # idempotency.store_server_errors on: it is set for the transaction first, in the same
+    # statement -- a CASE evaluates its condition before its result (PostgreSQL's manual,
+    # "Expression Evaluation Rules").
+    sql = (f"SELECT CASE WHEN pg_catalog.set_config('idempotency.store_server_errors', 'on',"
+           f" true) IS NOT NULL THEN {COMPLETE} END" if response.status >= 500
+           else f"SELECT {COMPLETE}")
+    return Query(sql, (scope, key, response.status, json.dumps(headers), response.body, attempt))
 
 
 def release_query(scope: str, key: str, attempt: Optional[int]) -> Query:
@@ -464,15 +475,20 @@ def course(request: Request, scope: str, options: "Options[Any]", polls: bool = 
 
 def store(scope: str, key: str, response: Response, options: "Options[Any]",
           attempt: Optional[int]) -> Generator[Step, Any, Optional[Response]]:
-    """idempotency_complete; a response over idempotency.max_response_bytes (54000) rolls
-    the transaction back and answers 500, so that a retry runs again."""
+    """idempotency_complete; None once stored.  Otherwise the transaction is rolled back, so
+    that a retry runs again, and the answer is returned: 500 for a response over
+    idempotency.max_response_bytes (54000), the response itself when the server did not
+    store it (complete returned false): the work never commits without its response."""
     try:
-        yield complete_query(scope, key, response, options, attempt)
+        row = yield complete_query(scope, key, response, options, attempt)
     except Exception as error:
         if sqlstate(error) != "54000":
             raise
         yield ROLLBACK
         return response_too_large(error_detail(error))
+    if row is None or row[0] is not True:
+        yield ROLLBACK
+        return response
     return None
 
 

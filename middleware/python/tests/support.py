@@ -97,6 +97,27 @@ def complete_without_body(scope, route, path, key, body):
     holder.close()
 
 
+def server_setting_off():
+    """Whether idempotency.store_server_errors is off, as the tests below need it."""
+    with admin() as conn:
+        return conn.execute("SHOW idempotency.store_server_errors").fetchone()[0] == "off"
+
+
+def check_server_error_stored(test, post):
+    """With store_server_errors and the server's setting off, a 503 runs once: stored and
+    replayed, never committed without its response.  `post(key, body)` answers (status,
+    headers with lower-case names, body) from an application with that option."""
+    test.assertTrue(server_setting_off())
+    key, body = new_key(), b'{"item": "fail"}'
+    first = post(key, body)
+    test.assertEqual(first[0], 503)
+    test.assertNotIn("idempotent-replayed", first[1])
+    again = post(key, body)
+    test.assertEqual((again[0], again[2], again[1].get("idempotent-replayed")),
+                     (503, first[2], "true"))
+    test.assertEqual(order_count("fail"), 1)
+
+
 class Checks:
     """The behaviour every adapter must show, for a POST /orders route that inserts the
     JSON body's item and answers 201 {"order": id} with a Location header; item "boom"

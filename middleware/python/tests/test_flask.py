@@ -7,8 +7,8 @@ from flask import Flask, request
 
 from pg_idempotency.flask import idempotent
 from pg_idempotency.core import execute
-from support import (DRIVERS, Checks, hold_claim, key_status, new_key, order_count, pieces,
-                     place_order, reset_orders, tenant)
+from support import (DRIVERS, Checks, check_server_error_stored, hold_claim, key_status, new_key,
+                     order_count, pieces, place_order, reset_orders, tenant)
 
 
 def orders_app(connect, **options):
@@ -70,6 +70,19 @@ class FlaskOptions(unittest.TestCase):
         answer = app.test_client().post("/orders", json={"item": "free"})
         self.assertEqual(answer.status_code, 201)
         self.assertEqual(order_count("free"), 1)
+
+    def test_store_server_errors_stores_a_5xx_the_server_would_not(self):
+        for driver in DRIVERS:
+            for lease in (None, "1 minute"):  # one transaction; two-phase
+                reset_orders()
+                app = orders_app(DRIVERS[driver], store_server_errors=True, lease=lease)
+                check_server_error_stored(self, lambda key, body, app=app: self.answer(
+                    self.post(app, key, body)))
+
+    @staticmethod
+    def answer(response):
+        return (response.status_code, {k.lower(): v for k, v in response.headers.items()},
+                response.data)
 
     def test_wait_answers_the_holders_response(self):
         key = new_key()

@@ -13,7 +13,8 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from pg_idempotency.starlette import IdempotencyMiddleware
-from support import DRIVERS, Checks, pieces, place_order, tenant
+from support import (DRIVERS, Checks, check_server_error_stored, pieces, place_order,
+                     reset_orders, tenant)
 
 
 def answer(data, order_id, body):
@@ -39,11 +40,11 @@ def fastapi_app(connect):
     return app
 
 
-def fastapi_async_app(connect):
+def fastapi_async_app(connect, **options):
     """psycopg 3's AsyncConnection and an async endpoint."""
     app = FastAPI()
     app.add_middleware(IdempotencyMiddleware, connect=psycopg.AsyncConnection.connect,
-                       tenant=tenant)
+                       tenant=tenant, **options)
 
     @app.post("/orders")
     async def orders(request: FastAPIRequest):
@@ -108,6 +109,22 @@ class FastAPIAsyncConnection(StarletteChecks, unittest.TestCase):
 
 class StarlettePsycopg(StarletteChecks, unittest.TestCase):
     make_app = starlette_app
+
+
+class StarletteOptions(unittest.TestCase):
+    def test_store_server_errors_stores_a_5xx_the_server_would_not(self):
+        for lease in (None, "1 minute"):  # one transaction; two-phase
+            reset_orders()
+            client = TestClient(fastapi_async_app(None, store_server_errors=True, lease=lease),
+                                raise_server_exceptions=False)
+
+            def post(key, body, client=client):
+                answer = client.post("/orders", content=body, headers={
+                    "Content-Type": "application/json", "Idempotency-Key": key})
+                return (answer.status_code, {k.lower(): v for k, v in answer.headers.items()},
+                        answer.content)
+
+            check_server_error_stored(self, post)
 
 
 if __name__ == "__main__":
