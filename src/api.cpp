@@ -5,7 +5,7 @@
 // transaction waited for.
 #include "arguments.hpp"
 #include "boundary.hpp"
-#include "citus.hpp"
+#include "citus_routing.hpp"
 #include "claims.hpp"
 #include "module.hpp"
 #include "store.hpp"
@@ -50,7 +50,7 @@ enum class ShardRead
 };
 
 // With the keys in Citus shards: a replay or mismatch answered from a read
-// of the shard, which takes no shard metadata lock (citus.hpp) and so never
+// of the shard, which takes no shard metadata lock (citus_placement.hpp) and so never
 // waits behind a shard move.  Anything else needs the shard opened for
 // writing, under that lock, and the key read again there.
 ShardRead answer_from_shard_read(const BeginRequest &request, BeginAnswer *result)

@@ -37,7 +37,7 @@ void throw_injected_fault()
 //    its index entry and the version it points to (store.cpp, read_latest);
 //  * pause_before_forwarded_replay (18760): a begin forwarded during a shard
 //    move, between its check that the key is completed and the call on the
-//    shard's node (citus.cpp, forward_replay);
+//    shard's node (citus_routing.cpp, forward_replay);
 //  * pause_before_sweep_delete (18761): the expiry sweep, between taking an
 //    expired version for itself and deleting it (store.cpp, delete_if_idle).
 void pause_for_test(InjectedFault at, uint64 key)

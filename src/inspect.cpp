@@ -2,7 +2,7 @@
 // the listing of a scope, key_problem, expire, stats.
 #include "arguments.hpp"
 #include "boundary.hpp"
-#include "citus.hpp"
+#include "citus_routing.hpp"
 #include "claims.hpp"
 #include "module.hpp"
 #include "stats.hpp"

@@ -1,6 +1,6 @@
 // Module magic, _PG_init and the settings.
 #include "boundary.hpp"
-#include "citus.hpp"
+#include "citus_routing.hpp"
 #include "claims.hpp"
 #include "module.hpp"
 #include "stats.hpp"

@@ -15,7 +15,7 @@
 #include "scope_stats.hpp"
 #include "arguments.hpp"
 #include "boundary.hpp"
-#include "citus.hpp"
+#include "citus_placement.hpp"
 
 extern "C"
 {

@@ -2,7 +2,7 @@
 // the caches.
 #include "store.hpp"
 #include "boundary.hpp"
-#include "citus.hpp"
+#include "citus_placement.hpp"
 #include "compat.hpp"
 #include "stats.hpp"
 
@@ -248,7 +248,7 @@ static bool open_storage(Storage *storage, LOCKMODE lockmode, bool skip_if_busy,
     // scope are in its shard for the scope, which must be placed on this node
     // (else IK005, or elsewhere), locked as Citus's executor locks a shard it
     // writes.  Left as is otherwise -- then a write asks Citus for two-phase
-    // commit.  See citus.hpp.
+    // commit.  See citus_placement.hpp.
     if (scope != (Datum)0)
         heap_oid = citus::relation_for_scope(heap_oid, scope, lockmode, elsewhere_ok);
     if (!OidIsValid(heap_oid))

@@ -40,7 +40,7 @@
 //    fetch must find a live version of the same key written by this
 //    transaction, else the caller reads through the index.
 //  * With Citus, the layout of the distributed table: hash function, shard
-//    ranges, which shards are placed here (citus.cpp; see citus.hpp for why
+//    ranges, which shards are placed here (citus_placement.cpp; see citus_placement.hpp for why
 //    it is safe).
 //  * The result row type of idempotency_begin and its enum's OIDs (api.cpp,
 //    in the call site's fn_extra).  They live as long as the FmgrInfo, which
@@ -91,7 +91,7 @@ enum Column
     col_claim_data,            // what the holder of a claim said about it
     col_sweep_at,              // unused since 0.3.0: NULL (see store_values)
     // 0.3.0
-    col_shard_key, // text and NULL, or the scope as the Citus tenant column's type (citus.hpp)
+    col_shard_key, // text and NULL, or the scope as the Citus tenant column's type (citus_placement.hpp)
     column_count
 };
 // The columns of a table still at 0.1.0: the library of a newer version runs
@@ -186,7 +186,7 @@ struct Record
 // Opens idempotency.keys and its primary key; RowExclusiveLock to write,
 // AccessShareLock to read; the locks are kept to the end of the transaction.
 // Raises an error when the storage is missing.  When Citus distributes the
-// table, opens instead its shard that holds `scope` (citus.hpp).
+// table, opens instead its shard that holds `scope` (citus_placement.hpp).
 Storage open(LOCKMODE lockmode, Datum scope);
 // open() for a call that can be forwarded: false, with `storage` not opened,
 // when Citus places the scope's keys on another node (citus::forward_call

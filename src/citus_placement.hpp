@@ -27,7 +27,7 @@
 //     snapshot: a move that finished before the lock was granted is seen;
 //  4. the shard must be placed on this node; otherwise the call was not
 //     routed here (or the shard has just moved), and it is forwarded to the
-//     shard's node (forward_call, forward_read) -- or, where Citus lets no
+//     shard's node (citus_routing.hpp: forward_call, forward_read) -- or, where Citus lets no
 //     query run on another node, answers IK005, and a retry is routed
 //     afresh.
 //
@@ -63,6 +63,7 @@
 
 extern "C"
 {
+#include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "storage/lockdefs.h"
 }
@@ -79,42 +80,6 @@ namespace idempotency::citus
 // elsewhere_ok InvalidOid (a write still holds the metadata lock), for a
 // call that forward_call or forward_read can run on the shard's node.
 Oid relation_for_scope(Oid keys, Datum scope, LOCKMODE lockmode, bool elsewhere_ok);
-
-// Runs the call `fcinfo` of an API function that writes (begin, complete,
-// checkpoint, release, forget), whose scope's shard Citus places on
-// another node, on that node, in this transaction, and returns its result
-// (fcinfo->isnull set).
-// Such a call reached the wrong node: a distributed handler delegated just
-// before its shard moved, or a call in a shape Citus does not delegate.
-// The shard's metadata lock is held (as for a local write), so the shard
-// cannot move on before this transaction ends; Citus routes the call to the
-// node, where it runs as any call there does, and the transaction commits
-// with two-phase commit, the claim with the business writes.  It runs as
-// the caller, routed through idempotency.route (which holds no row; the
-// DBA grants it SELECT and UPDATE on it); IK005 where Citus refuses a remote
-// query (a query on a shard, or a force-delegated call in a transaction
-// block), the routing table is not distributed with the keys, or the caller
-// may not use it.  See doc/citus.md, "Forwarded calls".
-Datum forward_call(FunctionCallInfo fcinfo, Datum scope);
-
-// A begin of `key` whose scope's shard is placed on another node, while a
-// shard move holds or awaits that shard's metadata lock, so that
-// forward_call would wait for the move: if the key is completed (read
-// through Citus, without the lock), the begin runs on the shard's node
-// without the lock here -- where it only reads: a replay or a mismatch,
-// which must not wait for a move any more than a read does.  Returns false
-// having done nothing otherwise (the lock, if it was free, is then held).
-// `claimed` tells whether an answer is a claim: should the key have expired
-// or been forgotten in between, the begin there claims it, which IK005 rolls
-// back.  Not for a begin that takes a mismatch over (a write).
-bool forward_replay(FunctionCallInfo fcinfo, Datum scope, Datum key, Datum *answer,
-                    bool (*claimed)(FunctionCallInfo fcinfo, Datum answer));
-
-// forward_call for a read (lookup, keys), whose scope's shard is placed on
-// another node: runs it there without a lock here (a read never waits for a
-// move) and returns the number of rows,
-// their values (composites) in *rows, in the caller's memory context.
-uint64 forward_read(FunctionCallInfo fcinfo, Datum scope, Datum **rows);
 
 // The scope (text) as a value of `type`, the type of a typed tenant column
 // (bigint, integer or uuid): what shard_key holds.
@@ -142,16 +107,97 @@ List *local_shards(Oid keys, LOCKMODE lockmode, bool skip_if_busy);
 // Whether this node is a Citus worker (a node other than the coordinator).
 bool worker_node();
 
-// While the library is preloaded after Citus (_PG_init): before Citus's
-// planner sees a call of a function that idempotency_distribute()
-// delegates, or of a function or procedure Citus distributes with the keys
-// (a handler), refuses a NULL distribution argument with 22004 (Citus would
-// crash on it); for the API's functions, reads a typed scope as the
-// tenant's type, and -- on a node that would delegate it -- takes the shard
-// metadata lock for a call that may write, so that it waits out a shard
-// move and is delegated to the shard's new node.  Errors raised planning or
-// running such a call (Citus's, such as a worker lost mid-call, included)
-// are logged without the statement, which may hold the request.
-void guard_delegation();
+// ---------------------------------------------------------------------------
+// For citus_routing.cpp: the layout and the locks it forwards calls under
+// (each is described where it is defined, in citus_placement.cpp)
+// ---------------------------------------------------------------------------
+
+struct Shard
+{
+    int64 id;
+    int32 min;  // start of its hash range: the shards' order, whose index the
+                // metadata lock's tag holds (metadata_locktag)
+    bool local; // placed on this node
+};
+// An array in the layout's memory context, dropped with it, never destroyed.
+static_assert(fits_postgres_memory<Shard>, "a Shard lives in palloc'd memory");
+
+// See "Cache" in citus_placement.hpp.  Everything but the fields below lives in
+// layout_context, which a rebuild replaces.
+struct Layout
+{
+    Oid keys;          // the table described; InvalidOid: nothing yet
+    uint64 generation; // of `invalidations` when it was read
+    bool distributed;  // hash-distributed by Citus
+    uint32 colocation; // its co-location group
+    bool by_shard_key; // by shard_key, a typed tenant (else by scope, text)
+    Oid key_type;      // the distribution column's type
+    Oid owner;         // the table's owner
+    FmgrInfo shard_id; // Citus's get_shard_id_for_distribution_column(), for key_type
+    FmgrInfo input;    // by_shard_key: the type's input function, and its
+    Oid input_param;   //   type parameter, which read the scope as that type,
+    FmgrInfo output;   //   and its output function, which spells the value
+    int32 group;       // this node's group: 0 on the coordinator, -1 without Citus
+    int shard_count;   // shards, sorted by the start of their range
+    Shard *shards;
+    Oid catalogs[4]; // the pg_dist_* catalogs read, whose invalidation counts
+};
+
+// Where a scope's keys are, copied out of the layout.
+struct Placement
+{
+    bool distributed;
+    int64 shard;
+    int index; // in the shard list sorted by range: the metadata lock's tag
+    uint32 colocation;
+    bool local; // the shard is placed here; not distributed: this node may keep the keys
+
+    bool same_shard(const Placement &other) const
+    {
+        return distributed == other.distributed && shard == other.shard && index == other.index &&
+               colocation == other.colocation;
+    }
+};
+// Copied into palloc'd arrays (local_shards), freed without a destructor.
+static_assert(fits_postgres_memory<Placement>, "a Placement lives in palloc'd memory");
+
+// How Citus distributes a function (its row of pg_dist_object): by which
+// argument, co-located with which tables.
+struct DistributedFunction
+{
+    bool distributed; // by an argument: Citus delegates its calls by it
+    int argument;     // distribution_argument_index: of all its arguments
+    uint32 colocation;
+};
+
+// Runs `call` with the keys' owner `owner` as the current user, for Citus's
+// SQL-level functions that check the caller's rights on the keys (the
+// caller of the API need not have any).  The user is restored by the abort
+// of an error, as for any security-restricted operation.
+template <typename Call> Datum as_owner(Oid owner, Call call)
+{
+    Oid user;
+    int security;
+    GetUserIdAndSecContext(&user, &security);
+    SetUserIdAndSecContext(owner,
+                           security | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+    Datum result = call();
+    SetUserIdAndSecContext(user, security);
+    return result;
+}
+
+const Layout &layout_of(Oid keys);
+Placement place(Oid keys, Datum scope);
+Placement lock_placement(Oid keys, Datum scope);
+bool lock_metadata(Oid keys, const Placement &placement, bool wait);
+Datum scope_value(FmgrInfo *input, Oid input_param, Oid type, Datum scope);
+void *exported(const char *name);
+[[noreturn]] void not_routed(int64 shard, const char *why = nullptr);
+bool request_two_phase();
+bool two_phase_by_reference_table(Oid keys);
+void force_two_phase(Oid keys);
+DistributedFunction citus_distributed_function(Oid function);
+// The co-location group Citus distributes `relid` in; 0 when it does not.
+uint32 colocation_of(Oid relid);
 
 } // namespace idempotency::citus
