@@ -15,7 +15,7 @@ use it: FastAPI runs `def` endpoints in one).  `release(conn)` gives it back (de
 conn.close()).  Waiting for a duplicate in flight holds no thread either way.
 """
 import inspect
-from typing import Any, Awaitable, Callable, Iterable, List, Optional, Tuple, Union
+from typing import Any, Awaitable, Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
 import anyio
 import anyio.to_thread
@@ -61,21 +61,33 @@ async def close(conn: Any) -> None:
 
 
 class IdempotencyMiddleware:
-    # `app` positional-only, as Starlette 0.35+'s add_middleware types its factory:
-    # otherwise mypy refuses add_middleware(IdempotencyMiddleware, ...) there.
-    def __init__(self, app: ASGIApp, /, connect: Connect,
+    # Options' fields are spelt out rather than taken as **options: Starlette 0.35 and
+    # later type add_middleware's class as a factory whose `app` is positional-only, which
+    # mypy finds a class taking `app` by keyword and **options not to be, while Starlette
+    # before 0.35 passes `app` by keyword.  Their defaults are Options' own.
+    def __init__(self, app: ASGIApp, connect: Connect,
                  release: Optional[Callable[[Any], Union[None, Awaitable[None]]]] = None,
                  methods: Iterable[str] = ("POST", "PATCH"), *,
                  tenant: Optional[Hook[StarletteRequest]] = None,
-                 scope: Optional[Hook[StarletteRequest]] = None, **options: Any):
-        """`options` are pg_idempotency.Options' fields; `tenant` and `scope` receive
-        starlette.requests.Request (FastAPI's Request); plain functions, they run on the
-        event loop and must not block."""
+                 scope: Optional[Hook[StarletteRequest]] = None,
+                 header: str = Options.header, required: bool = Options.required,
+                 stored_headers: Sequence[str] = Options.stored_headers,
+                 store_server_errors: bool = Options.store_server_errors,
+                 wait: Optional[float] = Options.wait, ttl: Optional[str] = Options.ttl,
+                 per_route: bool = Options.per_route,
+                 max_body_bytes: int = Options.max_body_bytes,
+                 lease: Optional[str] = Options.lease):
+        """The keyword arguments are pg_idempotency.Options' fields; `tenant` and `scope`
+        receive starlette.requests.Request (FastAPI's Request); plain functions, they run on
+        the event loop and must not block."""
         self.app = app
         self.connect = connect
         self.release = release or close
         self.methods = {m.upper() for m in methods}
-        self.options: Options[StarletteRequest] = Options(tenant=tenant, scope=scope, **options)
+        self.options: Options[StarletteRequest] = Options(
+            header=header, required=required, stored_headers=stored_headers,
+            store_server_errors=store_server_errors, wait=wait, ttl=ttl, tenant=tenant,
+            scope=scope, per_route=per_route, max_body_bytes=max_body_bytes, lease=lease)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = None

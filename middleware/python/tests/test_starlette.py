@@ -1,7 +1,9 @@
 """pg_idempotency.starlette on FastAPI and on plain Starlette, through their test clients."""
 import asyncio
+import inspect
 import json
 import unittest
+from dataclasses import fields
 
 import psycopg
 
@@ -12,6 +14,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
+from pg_idempotency import Options
 from pg_idempotency.starlette import IdempotencyMiddleware
 from support import (DRIVERS, Checks, check_server_error_stored, pieces, place_order,
                      reset_orders, tenant)
@@ -125,6 +128,13 @@ class StarletteOptions(unittest.TestCase):
                         answer.content)
 
             check_server_error_stored(self, post)
+
+    def test_every_option_is_a_keyword_with_its_default(self):
+        # The middleware spells Options' fields out (see its __init__): none may be missed.
+        keywords = {name: parameter.default for name, parameter
+                    in inspect.signature(IdempotencyMiddleware).parameters.items()
+                    if parameter.kind is inspect.Parameter.KEYWORD_ONLY}
+        self.assertEqual(keywords, {field.name: field.default for field in fields(Options)})
 
 
 if __name__ == "__main__":
