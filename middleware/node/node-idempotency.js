@@ -11,7 +11,8 @@
 // at once with a lease as long as the library's ttl (the library has no transaction to
 // join), keeping the string as the claim's claim_data (a JSON string); set completes it
 // with the string as the stored body; get reads either back, and nothing once the ttl
-// has passed.  The claim is arbitrated by the extension, so two processes never both
+// has passed.  get reads what is committed, as a SELECT does: latest => true would answer
+// a key whose version a set is replacing at that moment with in_progress and no value.  The claim is arbitrated by the extension, so two processes never both
 // hear "new" for one key.
 
 // The claim of ($1 scope, $2 key) with ($3) ttl and lease, keeping ($4) the value.
@@ -51,7 +52,7 @@ class PostgresStorageAdapter {
     const { rows } = await this.pool.query(
       `SELECT CASE WHEN status = 'completed' THEN convert_from(response_body_bytes, 'UTF8')
                    ELSE claim_data #>> '{}' END AS value
-         FROM idempotency_lookup($1, $2, latest => true)`, [this.scope, key]);
+         FROM idempotency_lookup($1, $2)`, [this.scope, key]);
     return rows.length ? rows[0].value ?? undefined : undefined;
   }
 }
