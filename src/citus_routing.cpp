@@ -644,7 +644,9 @@ static Node *folded_argument(Query *query, ParamListInfo params, List *arguments
 
 static bool null_constant(const Node *node)
 {
-    return node != nullptr && IsA(node, Const) && castNode(Const, node)->constisnull;
+    // Not castNode: with assertions on it takes a pointer to non-const.
+    return node != nullptr && IsA(node, Const) &&
+           reinterpret_cast<const Const *>(node)->constisnull;
 }
 
 // Citus delegates a distributed function's call by its distribution
