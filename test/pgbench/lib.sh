@@ -35,6 +35,7 @@ scratch=''
 server_user=''
 cluster_data=''
 cluster_log=''
+postmaster_job=''
 redis_dir=''
 redis_socket=''
 redis_job=''
@@ -182,9 +183,18 @@ start_cluster() {
     say "cluster on port $cluster_port, log $cluster_log"
 }
 
+# A postmaster this shell started itself (postmaster_job: the cost runner's,
+# under callgrind) is also waited for: pg_ctl returns once postmaster.pid is
+# gone, but valgrind writes the postmaster's profile after that, so removing
+# the scratch directory at that moment fails ("Directory not empty").
 stop_cluster() {
-    [[ -n $cluster_data && -e $cluster_data/postmaster.pid ]] || return 0
-    as_server_user "$bindir/pg_ctl" -D "$cluster_data" -m fast -w stop >/dev/null
+    if [[ -n $cluster_data && -e $cluster_data/postmaster.pid ]]; then
+        as_server_user "$bindir/pg_ctl" -D "$cluster_data" -m fast -w stop >/dev/null
+    fi
+    if [[ -n $postmaster_job ]]; then
+        wait "$postmaster_job" || true
+        postmaster_job=''
+    fi
 }
 
 # psql into the cluster, stopping at the first error; database first.
