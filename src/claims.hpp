@@ -320,7 +320,8 @@ bool forget(store::Storage &storage, const store::Key &key, Fence fence);
 // it, or (latest) the newest version as a begin sees it, a claim of a
 // transaction still in progress included.  Neither waits.  False when it
 // shows nothing: no record, or an expired one (E).  A key that another
-// transaction is deleting shows as not found, held by that transaction.
+// transaction is deleting shows as not found, held by that transaction; one
+// it is replacing, as the replacement, held by it (store.cpp, read_replacement).
 bool lookup(const store::Storage &storage, const store::Key &key, bool latest,
             store::Record *record);
 // Writes the rows of this transaction's deferred claims that have none yet,

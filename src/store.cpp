@@ -543,12 +543,52 @@ static void decode_newest(const Storage &storage, TupleTableSlot *slot, Snapshot
     record.writer = committed_or_self(slot);
 }
 
+// Whether `record` is a version of `key`: a version reached through the
+// update chain rather than the index was not matched by the index scan.
+static bool is_version_of(const Storage &storage, const Record &record, const Key &key)
+{
+    if (storage.has(col_tenant) && DatumGetObjectId(record.values[col_tenant]) != key.tenant)
+        return false;
+    return DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, record.values[col_scope],
+                                                key.scope)) &&
+           DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, record.values[col_key],
+                                                key.key));
+}
+
+// The version that replaces the one at `replaced`, which a transaction still
+// in progress is updating, read through the dirty `snapshot` into `record`
+// when there is one (of the same key).  A non-HOT update inserts the new
+// version into the heap before its index entry, and an index scan reads a
+// leaf page's entries at once: a dirty scan can pass the old version without
+// meeting the new one, and would answer in_progress without the holder's
+// claim, where a moment later it answers with it.  The update chain, which
+// PostgreSQL follows as for a TID scan (table_tuple_get_latest_tid), leads
+// to it either way.  A version being deleted has no successor: `record`
+// stays as it was.
+static void read_replacement(const Storage &storage, const Key &key, ItemPointerData replaced,
+                             Snapshot snapshot, TupleTableSlot *slot, Record &record)
+{
+    ItemPointerData newest = replaced;
+    TableScanDesc chain = table_beginscan_tid(storage.heap, snapshot);
+    table_tuple_get_latest_tid(chain, &newest);
+    table_endscan(chain);
+    if (ItemPointerEquals(&newest, &replaced) ||
+        !table_tuple_fetch_row_version(storage.heap, &newest, snapshot, slot) ||
+        TransactionIdIsValid(snapshot->xmax))
+        return;
+    Record successor = not_found();
+    decode_newest(storage, slot, snapshot, successor);
+    if (is_version_of(storage, successor, key))
+        record = successor;
+}
+
 // Scans the primary key for (scope, key).  With a dirty snapshot an index scan
 // returns every version that is committed-live or touched by a transaction in
 // progress (including each member of a HOT chain).  The newest is the one no
 // other transaction is deleting or replacing; a replacement comes later in
-// the scan, and when none does, the version is being deleted (or its
-// replacement is not indexed yet): the key is then held by that transaction.
+// the scan, or, not indexed yet, at the end of the update chain
+// (read_replacement); when there is none, the version is being deleted: the
+// key is then held by that transaction.
 // *passed_over tells whether an index entry led to no visible version.
 static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot,
                        bool *passed_over = nullptr)
@@ -572,6 +612,8 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
     index_rescan(scan, keys, count, nullptr, 0);
     TupleTableSlot *slot = table_slot_create(storage.heap, nullptr);
     const bool dirty = snapshot->snapshot_type == SNAPSHOT_DIRTY;
+    ItemPointerData replaced; // the last version found being deleted or replaced
+    ItemPointerSetInvalid(&replaced);
 
     // index_getnext_slot's loop, which says nothing of the entries it passes.
     for (;;)
@@ -599,11 +641,14 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
         {
             record.writer = Writer::other;
             record.writer_xid = snapshot->xmax;
+            replaced = slot->tts_tid;
             continue;
         }
         decode_newest(storage, slot, snapshot, record);
         break;
     }
+    if (!record.found && ItemPointerIsValid(&replaced))
+        read_replacement(storage, key, replaced, snapshot, slot, record);
     ExecDropSingleTupleTableSlot(slot);
     index_endscan(scan);
     return record;
