@@ -25,6 +25,20 @@ CREATE FUNCTION @extschema@.request_hash("char") RETURNS @extschema@.request_has
 COMMENT ON FUNCTION @extschema@.request_hash("char") IS 'request_hash(text) of a "char"';
 
 -- ---------------------------------------------------------------------------
+-- One rule for a request's body
+-- ---------------------------------------------------------------------------
+
+-- The middleware packages each decided for themselves whether a body was JSON
+-- that jsonb reads (and so hashed by its value), and differed at the edges: a
+-- lone surrogate failed the request in some, text/json counted as JSON in
+-- others.  The rule is the server's now, and every package calls it.
+CREATE FUNCTION @extschema@.request_hash_body(content_type text, body bytea)
+    RETURNS @extschema@.request_hash
+    AS 'MODULE_PATHNAME', 'request_hash_from_body' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.request_hash_body(text, bytea) IS
+    'a request body of a JSON media type that jsonb reads by its value (request_hash_jsonb), any other by its bytes (request_hash_bytea)';
+
+-- ---------------------------------------------------------------------------
 -- idempotency_complete(..., omit_oversized): refuse a response it cannot keep
 -- ---------------------------------------------------------------------------
 

@@ -131,6 +131,38 @@ FROM (VALUES
 ) AS pairs(l, r);
 
 --
+-- request_hash_body(content_type, body): the rule every package of the
+-- project fingerprints a body by.  A document of a JSON media type that
+-- jsonb reads hashes by its value; any other body by its bytes -- a JSON one
+-- that jsonb refuses included, never an error.
+--
+SELECT content_type, body,
+       CASE request_hash_body(content_type, body)
+           WHEN request_hash_bytea(body) THEN 'bytes'
+           WHEN request_hash_jsonb('{"a": 2, "b": [1]}'::jsonb) THEN 'value'
+       END AS hashed_by
+  FROM (VALUES
+    ('application/json', convert_to('{"b":[1.0],  "a":2}', 'UTF8')),
+    ('Application/JSON; charset=utf-8', convert_to('{"b":[1],"a":2}', 'UTF8')),
+    (E' application/vnd.api+json\t', convert_to('{"a":2,"b":[1]}', 'UTF8')),
+    ('application/problem+JSON;x=y', convert_to(E'{"a":2,"b":[1]}\n', 'UTF8')),
+    ('text/json', convert_to('{"a":2,"b":[1]}', 'UTF8')),
+    ('application/jsonx', convert_to('{"a":2,"b":[1]}', 'UTF8')),
+    ('application/+json', convert_to('{"a":2,"b":[1]}', 'UTF8')),
+    ('', convert_to('{"a":2,"b":[1]}', 'UTF8')),
+    ('application/json', convert_to('{"a":"\u0000"}', 'UTF8')),
+    ('application/json', convert_to('{"a":"\ud800"}', 'UTF8')),
+    ('application/json', convert_to('{"a":NaN}', 'UTF8')),
+    ('application/json', convert_to('{"a":2', 'UTF8')),
+    ('application/json', '\x7b2261223a22ff227d'::bytea),
+    ('application/json', '\x7b2261223a00327d'::bytea),
+    ('application/json', ''::bytea)
+  ) AS bodies(content_type, body);
+-- A number beyond numeric's range is numeric's error, as for request_hash_jsonb.
+SELECT request_hash_body('application/json', convert_to('[1e1000000]', 'UTF8'));
+\echo :LAST_ERROR_SQLSTATE
+
+--
 -- request_hash(VARIADIC text[]): length-prefixed parts.
 --
 SELECT request_hash('ab', 'c') AS ab_c, request_hash('a', NULL) AS a_null;

@@ -9,6 +9,7 @@ extern "C"
 {
 #include "access/genam.h"
 #include "catalog/pg_database.h"
+#include "common/jsonapi.h"
 #include "miscadmin.h"
 #include "executor/executor.h"
 #include "nodes/parsenodes.h"
@@ -110,6 +111,24 @@ inline bool database_is_invalid(Form_pg_database database)
     return database->datconnlimit == DATCONNLIMIT_INVALID_DB;
 #else
     return false;
+#endif
+}
+
+// Whether `len` bytes at `text` (verified in `encoding`) are one JSON document
+// as json and jsonb input read it, escapes included (\u0000 and lone
+// surrogates are refused), without raising an error for one that is not.  (17
+// lets the caller own the lexer, and frees what it allocated.)
+inline bool is_json_document(char *text, int len, int encoding)
+{
+#if PG_VERSION_NUM >= 170000
+    JsonLexContext lexer;
+    makeJsonLexContextCstringLen(&lexer, text, len, encoding, true);
+    bool parsed = pg_parse_json(&lexer, &nullSemAction) == JSON_SUCCESS;
+    freeJsonLexContext(&lexer);
+    return parsed;
+#else
+    JsonLexContext *lexer = makeJsonLexContextCstringLen(text, len, encoding, true);
+    return pg_parse_json(lexer, &nullSemAction) == JSON_SUCCESS;
 #endif
 }
 

@@ -10,6 +10,7 @@
 #include "sha256.hpp"
 #include "request_hash.hpp"
 #include "boundary.hpp"
+#include "compat.hpp"
 
 extern "C"
 {
@@ -19,6 +20,7 @@ extern "C"
 #include "libpq/pqformat.h"
 #include "mb/pg_wchar.h"
 #include "utils/array.h"
+#include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
 }
@@ -239,6 +241,14 @@ void append_jsonb_encoding(StringInfo out, Jsonb *document)
     } while (token != WJB_DONE);
 }
 
+Datum hash_jsonb(Jsonb *document)
+{
+    StringInfoData encoding;
+    initStringInfo(&encoding);
+    append_jsonb_encoding(&encoding, document);
+    return hash_bytes(encoding.data, encoding.len);
+}
+
 // ---------------------------------------------------------------------------
 // Comparison
 // ---------------------------------------------------------------------------
@@ -322,10 +332,53 @@ IDEMPOTENCY_FUNCTION(request_hash_from_text)
 
 IDEMPOTENCY_FUNCTION(request_hash_from_jsonb)
 {
-    StringInfoData encoding;
-    initStringInfo(&encoding);
-    append_jsonb_encoding(&encoding, PG_GETARG_JSONB_P(0));
-    return hash_bytes(encoding.data, encoding.len);
+    return hash_jsonb(PG_GETARG_JSONB_P(0));
+}
+
+// A JSON media type: application/json or application/<anything>+json, in any
+// case, parameters (after ';') and the blanks around it aside.
+static bool is_json_media_type(const text *content_type)
+{
+    const char *type = VARDATA_ANY(content_type);
+    int end = VARSIZE_ANY_EXHDR(content_type);
+    if (const void *semicolon = memchr(type, ';', end))
+        end = int(static_cast<const char *>(semicolon) - type);
+    int start = 0;
+    while (start < end && (type[start] == ' ' || type[start] == '\t'))
+        start++;
+    while (end > start && (type[end - 1] == ' ' || type[end - 1] == '\t'))
+        end--;
+    const char prefix[] = "application/", suffix[] = "+json";
+    const int prefix_len = sizeof(prefix) - 1, suffix_len = sizeof(suffix) - 1;
+    int len = end - start;
+    if (len < prefix_len + 4 || pg_strncasecmp(type + start, prefix, prefix_len) != 0)
+        return false;
+    const char *subtype = type + start + prefix_len;
+    int subtype_len = len - prefix_len;
+    return (subtype_len == 4 && pg_strncasecmp(subtype, "json", 4) == 0) ||
+           (subtype_len > suffix_len &&
+            pg_strncasecmp(subtype + subtype_len - suffix_len, suffix, suffix_len) == 0);
+}
+
+// request_hash_body(content_type, body): the one rule by which every package
+// of the project (middleware/) fingerprints a request's body, so that one
+// request has one fingerprint whichever package serves it.  A body of a JSON
+// media type that jsonb reads (text of the database's encoding, no \u0000,
+// no lone surrogate) is hashed by its value, as request_hash_jsonb does:
+// key order and spacing do not matter.  Any other body, a JSON one jsonb
+// would refuse included, by its bytes, as request_hash_bytea does: a request
+// is not refused for its body.  (A number beyond numeric's range still
+// raises numeric's error, 22003, as request_hash_jsonb does.)
+IDEMPOTENCY_FUNCTION(request_hash_from_body)
+{
+    bytea *body = PG_GETARG_BYTEA_PP(1);
+    char *data = VARDATA_ANY(body);
+    int len = VARSIZE_ANY_EXHDR(body);
+    if (!is_json_media_type(PG_GETARG_TEXT_PP(0)) || !pg_verifymbstr(data, len, true) ||
+        !compat::is_json_document(data, len, GetDatabaseEncoding()))
+        return hash_varlena(body);
+    Datum document = DirectFunctionCall1(jsonb_in, CStringGetDatum(pnstrdup(data, len)));
+    return hash_jsonb(DatumGetJsonbP(document));
 }
 
 IDEMPOTENCY_FUNCTION(request_hash_from_parts)

@@ -20,19 +20,14 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log"
-	"mime"
 	"net/http"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf16"
-	"unicode/utf8"
 )
 
 // Options configure Middleware. The zero value gives the defaults every package of the
@@ -267,61 +262,12 @@ func (m *middleware) scope(r *http.Request) (scope string, err error) {
 	return tenant, nil
 }
 
-// fingerprint is the parts of request_hash_parts(method, route, path, query string, body)
-// that every package of the project computes alike, so that one request has one
-// fingerprint whichever package serves it: a JSON body by its value (key order and
-// spacing do not matter), any other body by its bytes.
+// fingerprint is the parts of request_hash_parts(method, route, path, query string, body),
+// the body hashed by the server's rule for every package (request_hash_body, which
+// reads the content type): one request has one fingerprint whichever package serves it.
 func (m *middleware) fingerprint(r *http.Request, body []byte) fingerprint {
 	return fingerprint{method: r.Method, route: m.options.Route(r), path: r.URL.EscapedPath(),
-		query: r.URL.RawQuery, body: body, json: isJSON(r.Header.Get("Content-Type"), body)}
-}
-
-// isJSON: a JSON media type (application/json, application/...+json) and a body that
-// jsonb reads as the same document as every other package does, else it is hashed by its
-// bytes rather than fail the request.
-func isJSON(contentType string, body []byte) bool {
-	mediaType, _, err := mime.ParseMediaType(contentType)
-	if err != nil || !(mediaType == "application/json" ||
-		strings.HasPrefix(mediaType, "application/") && strings.HasSuffix(mediaType, "+json")) {
-		return false
-	}
-	// The server parses it as text in the database encoding: UTF-8 only.
-	return utf8.Valid(body) && json.Valid(body) && jsonbEscapes(body)
-}
-
-// jsonbEscapes: no \u escape of valid JSON that jsonb refuses (\u0000, a surrogate
-// outside a pair), which encoding/json accepts.
-func jsonbEscapes(document []byte) bool {
-	code := func(at int) int { // the \uXXXX at document[at:], or -1
-		if at+6 > len(document) || document[at] != '\\' || document[at+1] != 'u' {
-			return -1
-		}
-		n, err := strconv.ParseUint(string(document[at+2:at+6]), 16, 16)
-		if err != nil {
-			return -1
-		}
-		return int(n)
-	}
-	for at := 0; at < len(document); at++ {
-		if document[at] != '\\' {
-			continue
-		}
-		c := code(at)
-		switch {
-		case c < 0: // another escape: \" \\ \n ...
-			at++
-		case c == 0 || utf16.IsSurrogate(rune(c)) && c >= 0xDC00: // \u0000, a low surrogate alone
-			return false
-		case utf16.IsSurrogate(rune(c)): // a high surrogate: a low one must follow
-			if low := code(at + 6); low < 0xDC00 || low > 0xDFFF {
-				return false
-			}
-			at += 11
-		default:
-			at += 5
-		}
-	}
-	return true
+		query: r.URL.RawQuery, contentType: r.Header.Get("Content-Type"), body: body}
 }
 
 // unclaimed answers a request whose key is not this request's to run.

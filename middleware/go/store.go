@@ -13,8 +13,9 @@ import (
 // caches statements, as pgx does, reuses them). Parameters are typed in the text, so
 // that every driver binds them alike.
 const (
-	// The body's fingerprint part: request_hash_jsonb of a JSON body ($7, NULL otherwise)
-	// or request_hash of the bytes ($8); both functions are STRICT. The last column is
+	// The body's fingerprint part is the server's rule for every package,
+	// request_hash_body(content type, body): a JSON body by its value, any other by its
+	// bytes. The last column is
 	// the largest response the server stores (maxResponseBytes), so that a streaming
 	// handler's response is buffered no further than that.
 	beginSQL = `SELECT b.outcome::text, b.attempt, b.response_status, b.response_headers::text,
@@ -22,7 +23,7 @@ const (
        pg_catalog.current_setting('idempotency.max_response_bytes')
   FROM idempotency_begin($1::text, $2::text,
          request_hash_parts($3::text, $4::text, $5::text, $6::text,
-           COALESCE(request_hash_jsonb($7::text)::text, request_hash($8::bytea)::text)),
+           request_hash_body($7::text, $8::bytea)::text),
          ttl => $9::interval, lease => $10::interval, wait => $11::interval) b`
 	// omit_oversized => false: a response over idempotency.max_response_bytes raises
 	// 54000 instead of being stored without its body, so that it is never acknowledged.
@@ -37,8 +38,8 @@ const (
 // fingerprint is what request_hash_parts hashes (middleware.fingerprint).
 type fingerprint struct {
 	method, route, path, query string
+	contentType                string
 	body                       []byte
-	json                       bool
 }
 
 // begun is idempotency_begin's answer, with the server's limit on a stored response.
@@ -55,17 +56,11 @@ type begun struct {
 }
 
 func begin(ctx context.Context, tx *sql.Tx, scope, key string, f fingerprint, o Options, lease time.Duration) (*begun, error) {
-	var jsonBody, rawBody interface{} // untyped nil: SQL NULL with every driver
-	if f.json {
-		jsonBody = string(f.body)
-	} else {
-		rawBody = nonNil(f.body)
-	}
 	var b begun
 	var attempt, status, retryAfter sql.NullInt64
 	var omitted sql.NullBool
 	var limit string
-	err := tx.QueryRowContext(ctx, beginSQL, scope, key, f.method, f.route, f.path, f.query, jsonBody, rawBody,
+	err := tx.QueryRowContext(ctx, beginSQL, scope, key, f.method, f.route, f.path, f.query, f.contentType, nonNil(f.body),
 		interval(o.TTL), interval(lease), interval(o.Wait)).Scan(&b.outcome, &attempt, &status, &b.headers,
 		&b.body, &omitted, &retryAfter, &b.recoveryPoint, &limit)
 	if err != nil {

@@ -132,23 +132,15 @@ function isJsonType(contentType) {
   return /^application\/([\w.-]+\+)?json\s*(;|$)/i.test(contentType || '');
 }
 
-// request_hash_parts(method, route pattern, path, query string, body); a JSON body by its
-// value (request_hash_jsonb), not its spelling, any other by its bytes.
+// request_hash_parts(method, route pattern, path, query string, body), the body hashed by
+// the server's rule for every package (request_hash_body): a JSON body by its value, not
+// its spelling, any other by its bytes.
 function fingerprint(request, first) {
-  let json = isJsonType(request.contentType) && request.body.length > 0;
-  const text = json ? request.body.toString() : null;
-  if (json) {
-    try {
-      JSON.parse(text);
-    } catch {
-      json = false;
-    }
-  }
   const n = (i) => `$${first + i}`;
-  const body = json ? [`request_hash_jsonb(${n(4)}::text)::text`, text] : [`request_hash(${n(4)}::bytea)::text`, request.body];
   return {
-    sql: `request_hash_parts(${n(0)}::text, ${n(1)}::text, ${n(2)}::text, ${n(3)}::text, ${body[0]})`,
-    params: [request.method, request.route, request.path, request.query, body[1]],
+    sql: `request_hash_parts(${n(0)}::text, ${n(1)}::text, ${n(2)}::text, ${n(3)}::text, ` +
+      `request_hash_body(${n(4)}::text, ${n(5)}::bytea)::text)`,
+    params: [request.method, request.route, request.path, request.query, request.contentType || '', request.body],
   };
 }
 

@@ -207,6 +207,23 @@ class Suite:
         self.check(self.is_replay_of(same_query, first) and self.orders(item) == 1,
                    "the same query string again replays", same_query)
 
+    def json_bodies(self):
+        key, item = self.fresh("key"), self.fresh("item")
+        first = self.post("/orders", f'{{"item": "{item}", "colour": "red"}}'.encode(), key)
+        respelled = self.post("/orders", f'{{ "colour":"red",\n  "item":"{item}" }}'.encode(), key)
+        self.check(self.is_first(first) and self.is_replay_of(respelled, first)
+                   and self.orders(item) == 1,
+                   "a JSON body is fingerprinted by its value: respelled, it replays",
+                   first, respelled)
+        # Valid JSON that jsonb refuses (a lone surrogate): hashed by its bytes, not refused.
+        key, item = self.fresh("key"), self.fresh("item")
+        body = f'{{"item": "{item}", "note": "\\ud800"}}'.encode()
+        first = self.post("/orders", body, key)
+        retry = self.post("/orders", body, key)
+        self.check(self.is_first(first) and self.is_replay_of(retry, first)
+                   and self.orders(item) == 1,
+                   "a JSON body that jsonb refuses is served, and its retry replays", first, retry)
+
     def in_flight(self):
         key, item = self.fresh("key"), self.fresh("item")
         gate = self.new_gate()
@@ -358,7 +375,7 @@ class Suite:
 
     def run(self):
         for case in (self.first_answer_and_replay, self.keys, self.another_request,
-                     self.in_flight, self.waiting, self.large_responses,
+                     self.json_bodies, self.in_flight, self.waiting, self.large_responses,
                      self.streamed_response, self.failures, self.parser_first, self.tenants,
                      lambda: self.concurrent("/orders", waits=False),
                      lambda: self.concurrent("/waiting/orders", waits=True)):

@@ -303,31 +303,14 @@ def scope_of(options: "Options[NativeRequest]", native: NativeRequest, method: s
     return tenant or ""
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON that PostgreSQL accepts")
-
-
-def json_text(body: bytes) -> Optional[str]:
-    """The body as text when it is JSON that jsonb accepts too (no NaN, no \\u0000)."""
-    try:
-        text = body.decode("utf-8")
-        json.loads(text, parse_constant=_reject_constant)
-    except ValueError:  # UnicodeDecodeError too
-        return None
-    return None if "\\u0000" in text else text
-
-
 def fingerprint_sql(request: Request) -> Tuple[str, Tuple[Any, ...]]:
-    """request_hash_parts(method, route pattern, path, query string, body): a JSON body
-    by its value, not its spelling, any other by its bytes."""
-    text = json_text(request.body) if "json" in request.content_type.lower() else None
-    body: Union[str, bytes]
-    if text is not None:
-        body_hash, body = "request_hash_jsonb(%s::text)::text", text
-    else:
-        body_hash, body = "request_hash(%s::bytea)::text", request.body
-    return (f"request_hash_parts(%s::text, %s::text, %s::text, %s::text, {body_hash})",
-            (request.method, request.route, request.path, request.query, body))
+    """request_hash_parts(method, route pattern, path, query string, body), the body
+    hashed by the server's rule for every package (request_hash_body): a JSON body by
+    its value, not its spelling, any other by its bytes."""
+    return ("request_hash_parts(%s::text, %s::text, %s::text, %s::text,"
+            " request_hash_body(%s::text, %s::bytea)::text)",
+            (request.method, request.route, request.path, request.query,
+             request.content_type, request.body))
 
 
 def byte_count(setting: Optional[str]) -> Optional[int]:

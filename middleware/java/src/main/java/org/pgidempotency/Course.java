@@ -10,7 +10,6 @@ import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Locale;
 import java.util.Map;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -76,17 +75,10 @@ final class Course implements AutoCloseable {
     Answer begin(Request request) throws SQLException {
         List<Object> parameters = new ArrayList<>(List.of(scope, key, request.method(),
             request.route(), request.path(), request.query()));
-        String document = request.contentType() != null
-            && request.contentType().toLowerCase(Locale.ROOT).contains("json")
-            ? Json.documentOrNull(request.body()) : null;
-        String body;
-        if (document != null) {
-            body = "request_hash_jsonb(?::text)::text";
-            parameters.add(document);
-        } else {
-            body = "request_hash(?::bytea)::text";
-            parameters.add(request.body());
-        }
+        // The body by the server's rule for every package: a JSON body by its value, any
+        // other by its bytes.
+        parameters.add(request.contentType() != null ? request.contentType() : "");
+        parameters.add(request.body());
         StringBuilder named = new StringBuilder();
         for (String[] option : new String[][] {{"ttl", options.ttl()},
             {"lease", options.lease()}, {"wait", options.waitFor()}}) {
@@ -100,7 +92,7 @@ final class Course implements AutoCloseable {
             + " recovery_point,"
             + " current_setting('idempotency.max_response_bytes', true)"
             + " FROM idempotency_begin(?, ?, request_hash_parts(?::text, ?::text, ?::text,"
-            + " ?::text, " + body + ")" + named + ")";
+            + " ?::text, request_hash_body(?::text, ?::bytea)::text)" + named + ")";
         try (PreparedStatement statement = connection.prepareStatement(sql)) {
             for (int i = 0; i < parameters.size(); i++) {
                 statement.setObject(i + 1, parameters.get(i));

@@ -1,18 +1,14 @@
 package org.pgidempotency;
 
-import java.nio.ByteBuffer;
-import java.nio.charset.CharacterCodingException;
-import java.nio.charset.CodingErrorAction;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
 /**
- * The little JSON the package needs, without a library: whether a request body is a JSON
- * document (which decides how it is fingerprinted), the stored headers' object, and the
- * text of problem documents.
+ * The little JSON the package needs, without a library: the stored headers' object and the
+ * text of problem documents. (Whether a request body is JSON, which decides how it is
+ * fingerprinted, is the server's rule: request_hash_body.)
  */
 final class Json {
     private final String text;
@@ -20,31 +16,6 @@ final class Json {
 
     private Json(String text) {
         this.text = text;
-    }
-
-    /**
-     * The body as text when it is one JSON document (RFC 8259: UTF-8 without a byte order
-     * mark, nothing around the value but spaces, tabs and line ends) that jsonb accepts too
-     * (no \\u0000, no surrogate escape outside a pair), else null. Checked without
-     * recursion, so that no nesting depth overflows the stack.
-     */
-    static String documentOrNull(byte[] body) {
-        String text;
-        try {
-            text = StandardCharsets.UTF_8.newDecoder()
-                .onMalformedInput(CodingErrorAction.REPORT)
-                .onUnmappableCharacter(CodingErrorAction.REPORT)
-                .decode(ByteBuffer.wrap(body))
-                .toString();
-        } catch (CharacterCodingException e) {
-            return null;
-        }
-        try {
-            new Json(text).document();
-            return text;
-        } catch (IllegalArgumentException e) {
-            return null;
-        }
     }
 
     /** A JSON string literal of {@code value}. */
@@ -125,95 +96,6 @@ final class Json {
 
     // ------------------------------------------------------------------ the grammar
 
-    /**
-     * One value and nothing after it. Containers are tracked on an explicit stack (the
-     * characters '[' and '{' of the ones still open) rather than by recursion.
-     */
-    private void document() {
-        StringBuilder open = new StringBuilder();
-        boolean valueNext = true;
-        while (true) {
-            if (valueNext) {
-                valueNext = value(open);
-            } else if (open.length() == 0) {
-                end();
-                return;
-            } else if (next(',')) {
-                valueNext = true;
-                if (open.charAt(open.length() - 1) == '{') {
-                    member();
-                }
-            } else {
-                expect(open.charAt(open.length() - 1) == '{' ? '}' : ']');
-                open.setLength(open.length() - 1);
-            }
-        }
-    }
-
-    /**
-     * A scalar or an empty container (false: what follows is a comma or an end), or the
-     * opening of a container, pushed on {@code open}, with the name of its first member
-     * (true: a value follows).
-     */
-    private boolean value(StringBuilder open) {
-        space();
-        if (at >= text.length()) {
-            throw new IllegalArgumentException("a value is missing");
-        }
-        char c = text.charAt(at);
-        if (c == '{' || c == '[') {
-            at++;
-            if (next(c == '{' ? '}' : ']')) {
-                return false;
-            }
-            open.append(c);
-            if (c == '{') {
-                member();
-            }
-            return true;
-        }
-        if (c == '"') {
-            string();
-        } else if (c == '-' || (c >= '0' && c <= '9')) {
-            number();
-        } else if (!word("true") && !word("false") && !word("null")) {
-            throw new IllegalArgumentException("not a JSON value");
-        }
-        return false;
-    }
-
-    /** A member's name and its colon; its value follows. */
-    private void member() {
-        string();
-        expect(':');
-    }
-
-    private void number() {
-        take('-');
-        if (!take('0')) {
-            digits();
-        }
-        if (take('.')) {
-            digits();
-        }
-        if (take('e') || take('E')) {
-            if (!take('+')) {
-                take('-');
-            }
-            digits();
-        }
-    }
-
-    private void digits() {
-        int start = at;
-        while (at < text.length() && text.charAt(at) >= '0' && text.charAt(at) <= '9') {
-            at++;
-        }
-        if (at == start) {
-            throw new IllegalArgumentException("a digit is missing");
-        }
-    }
-
     private String string() {
         space();
         if (at >= text.length() || text.charAt(at) != '"') {
@@ -289,14 +171,6 @@ final class Json {
             code = code * 16 + digit;
         }
         return (char) code;
-    }
-
-    private boolean word(String word) {
-        if (!text.startsWith(word, at)) {
-            return false;
-        }
-        at += word.length();
-        return true;
     }
 
     private void space() {
