@@ -15,9 +15,9 @@ import (
 const (
 	// The body's fingerprint part is the server's rule for every package,
 	// request_hash_body(content type, body): a JSON body by its value, any other by its
-	// bytes. The last column is
-	// the largest response the server stores (maxResponseBytes), so that a streaming
-	// handler's response is buffered no further than that.
+	// bytes. The last column is the largest response the server stores
+	// (maxResponseBytes), so that a streaming handler's response is buffered no further
+	// than that.
 	beginSQL = `SELECT b.outcome::text, b.attempt, b.response_status, b.response_headers::text,
        b.response_body_bytes, b.response_body_omitted, b.retry_after_seconds, b.recovery_point,
        pg_catalog.current_setting('idempotency.max_response_bytes')

@@ -11,9 +11,8 @@
 // at once with a lease as long as the library's ttl (the library has no transaction to
 // join), keeping the string as the claim's claim_data (a JSON string); set completes it
 // with the string as the stored body; get reads either back, and nothing once the ttl
-// has passed.  get reads what is committed, as a SELECT does: latest => true would answer
-// a key whose version a set is replacing at that moment with in_progress and no value.  The claim is arbitrated by the extension, so two processes never both
-// hear "new" for one key.
+// has passed.  get reads what is committed, as a SELECT does.  The claim is arbitrated by
+// the extension, so two processes never both hear "new" for one key.
 
 // The claim of ($1 scope, $2 key) with ($3) ttl and lease, keeping ($4) the value.
 const BEGIN = `idempotency_begin($1, $2, request_hash_text($1), ttl => $3::interval,

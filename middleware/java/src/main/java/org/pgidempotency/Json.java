@@ -125,37 +125,11 @@ final class Json {
                     case 'n' -> value.append('\n');
                     case 'r' -> value.append('\r');
                     case 't' -> value.append('\t');
-                    case 'u' -> value.append(escapedCharacter());
+                    case 'u' -> value.append(hex()); // a surrogate pair is two escapes, two chars
                     default -> throw new IllegalArgumentException("an unknown escape");
                 }
             }
         }
-    }
-
-    /**
-     * The character of a \\u escape, as jsonb reads it too: not \\u0000, and a surrogate
-     * only in a pair (PostgreSQL refuses both, which would fail the request).
-     */
-    private String escapedCharacter() {
-        char c = hex();
-        if (c == 0) {
-            throw new IllegalArgumentException("jsonb does not accept \\u0000");
-        }
-        if (Character.isLowSurrogate(c)) {
-            throw new IllegalArgumentException("a low surrogate alone");
-        }
-        if (!Character.isHighSurrogate(c)) {
-            return String.valueOf(c);
-        }
-        if (!text.startsWith("\\u", at)) {
-            throw new IllegalArgumentException("a high surrogate alone");
-        }
-        at += 2;
-        char low = hex();
-        if (!Character.isLowSurrogate(low)) {
-            throw new IllegalArgumentException("a high surrogate alone");
-        }
-        return new String(new char[] {c, low});
     }
 
     private char hex() {

@@ -26,6 +26,8 @@ class JsonTest {
         assertEquals(headers, Json.readHeaders(text));
         assertEquals(Map.of(), Json.readHeaders("{}"));
         assertEquals(Map.of("x", List.of()), Json.readHeaders("{\"x\": []}"));
+        assertEquals(Map.of("x", List.of("\u0001é\ud83d\ude00")),
+            Json.readHeaders("{\"x\": \"\\u0001\\u00e9\\ud83d\\ude00\"}"));
         assertThrows(IllegalArgumentException.class, () -> Json.readHeaders("{\"x\": 1}"));
     }
 }
