@@ -7,4 +7,4 @@ adapt pg_idempotency.core, which runs one request through the extension's functi
 from .core import Context, Options, Request, Response, handle, route_options
 
 __all__ = ["Context", "Options", "Request", "Response", "handle", "route_options"]
-__version__ = "0.4.0"
+__version__ = "0.5.0"
