@@ -47,6 +47,7 @@ static const struct config_enum_entry fault_options[] = {
     {"pause_in_read", fault_pause_in_read, false},
     {"pause_before_forwarded_replay", fault_pause_before_forwarded_replay, false},
     {"pause_before_sweep_delete", fault_pause_before_sweep_delete, false},
+    {"weak_digest", fault_weak_digest, false},
     {nullptr, 0, false}};
 
 static const struct config_enum_entry tenant_isolation_options[] = {
@@ -137,7 +138,9 @@ static void define()
         "made as if the claims table were full, after its row is written (18758), "
         "pause_in_read a read between a key's index entry and its version (18759), "
         "pause_before_forwarded_replay a begin forwarded without the shard lock, between its "
-        "check that the key is completed and the call on the shard's node (18760).",
+        "check that the key is completed and the call on the shard's node (18760).  weak_digest "
+        "keeps 4 bits of each key's digest within its scope, so that keys collide (never on a "
+        "server whose keys matter: a key written so is not found without it).",
         &injected_fault, 0, fault_options, PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr,
         nullptr, nullptr);
 #if PG_VERSION_NUM >= 150000

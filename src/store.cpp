@@ -4,6 +4,7 @@
 #include "boundary.hpp"
 #include "citus_placement.hpp"
 #include "compat.hpp"
+#include "key_digest.hpp"
 #include "stats.hpp"
 
 extern "C"
@@ -38,6 +39,7 @@ extern "C"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "utils/uuid.h"
 }
 
 namespace idempotency::store
@@ -128,7 +130,9 @@ static Relation open_primary_key(Relation heap, LOCKMODE lockmode)
         if (!OidIsValid(pkey_oid))
             report_changed_storage(
                 "has no primary key",
-                get_attnum(RelationGetRelid(heap), "tenant") != InvalidAttrNumber
+                get_attnum(RelationGetRelid(heap), "digest") != InvalidAttrNumber
+                    ? "Add it back: ALTER TABLE idempotency.keys ADD PRIMARY KEY (digest)."
+                : get_attnum(RelationGetRelid(heap), "tenant") != InvalidAttrNumber
                     ? "Add it back: ALTER TABLE idempotency.keys ADD PRIMARY KEY (tenant, scope, "
                       "key)."
                     : "Add it back: ALTER TABLE idempotency.keys ADD PRIMARY KEY (scope, key).");
@@ -151,7 +155,7 @@ constexpr const char *column_names[column_count] = {
     "tenant",          "lease",
     "response_body_bytes", "response_body_omitted",
     "claim_data",      "sweep_at",
-    "shard_key"};
+    "shard_key",       "digest"};
 
 // Finds the columns of storage->heap by name.  A table as the install and
 // update scripts make it has them in order, which one pass over its
@@ -165,7 +169,8 @@ static void map_columns(Storage *storage)
 {
     TupleDesc desc = RelationGetDescr(storage->heap);
     int natts = desc->natts;
-    bool in_order = natts == column_count || natts == columns_0_2_0 || natts == columns_0_1_0;
+    bool in_order = natts == column_count || natts == columns_0_4_0 || natts == columns_0_2_0 ||
+                    natts == columns_0_1_0;
     for (int i = 0; i < natts && in_order; i++)
         in_order = !TupleDescAttr(desc, i)->attisdropped;
     for (int column = 0; column < column_count; column++)
@@ -197,7 +202,8 @@ static void map_columns(Storage *storage)
         columns++;
     for (int column = columns; column < column_count; column++)
         if (storage->attnums[column] != 0 ||
-            (columns != column_count && columns != columns_0_2_0 && columns != columns_0_1_0))
+            (columns != column_count && columns != columns_0_4_0 && columns != columns_0_2_0 &&
+             columns != columns_0_1_0))
             report_changed_storage(
                 psprintf("has no column \"%s\"", column_names[columns]),
                 "Add it back with the type the extension's install script gives it (ALTER TABLE "
@@ -205,19 +211,31 @@ static void map_columns(Storage *storage)
     storage->columns = columns;
 }
 
-// The layout of the table: that of this version, of 0.2.0 or of 0.1.0 (see
-// columns_0_2_0 and columns_0_1_0), with a primary key on (tenant, scope,
-// key) or (scope, key) -- or (tenant, scope, key, shard_key) when Citus
-// distributes the keys by shard_key, as it takes the distribution column in
-// every unique constraint.  shard_key is a function of the scope, so the
-// three columns before it still identify a record.
+// The layout of the table: that of this version, of 0.4.0, 0.2.0 or 0.1.0
+// (see columns_0_4_0, _0_2_0 and _0_1_0).  The primary key is on digest
+// from 0.5.0 on -- with Citus (digest, scope) or (digest, shard_key), as
+// Citus takes the distribution column in every unique constraint; both are
+// functions of the key, so the digest alone still identifies a record.
+// Before, it is on (tenant, scope, key) or (scope, key) -- or (tenant,
+// scope, key, shard_key) with Citus.
 static void check_layout(Storage *storage)
 {
     map_columns(storage);
     int key_columns = IndexRelationGetNumberOfKeyAttributes(storage->pkey);
+    const int16 *indexed = storage->pkey->rd_index->indkey.values;
+    if (storage->has(col_digest))
+    {
+        bool with_distribution_column =
+            key_columns == 2 && (indexed[1] == storage->attnum(col_scope) ||
+                                 indexed[1] == storage->attnum(col_shard_key));
+        if ((key_columns != 1 && !with_distribution_column) ||
+            indexed[0] != storage->attnum(col_digest))
+            report_changed_storage("has a primary key on other columns than digest",
+                                   "Recreate the primary key on (digest).");
+        return;
+    }
     bool with_shard_key = key_columns == 4 && storage->has(col_shard_key) &&
-                          storage->pkey->rd_index->indkey.values[3] ==
-                              storage->attnum(col_shard_key);
+                          indexed[3] == storage->attnum(col_shard_key);
     if (key_columns != (storage->has(col_tenant) ? 3 : 2) && !with_shard_key)
         report_changed_storage(psprintf("has a primary key of %d columns", key_columns),
                                "Recreate the primary key on (tenant, scope, key), or (scope, "
@@ -332,20 +350,18 @@ struct WriteContext
 // palloc0'd, and gone with its memory context: no constructor or destructor runs.
 static_assert(fits_postgres_memory<WriteContext>, "a WriteContext lives in palloc'd memory");
 
-static WriteContext *start_writes(Storage &storage)
+static WriteContext *make_writes(Relation heap)
 {
-    if (storage.writes != nullptr)
-        return storage.writes;
     WriteContext *writes = static_cast<WriteContext *>(palloc0(sizeof(WriteContext)));
     EState *estate = writes->estate = CreateExecutorState();
     RangeTblEntry *rte = makeNode(RangeTblEntry);
     rte->rtekind = RTE_RELATION;
-    rte->relid = RelationGetRelid(storage.heap);
-    rte->relkind = storage.heap->rd_rel->relkind;
+    rte->relid = RelationGetRelid(heap);
+    rte->relkind = heap->rd_rel->relkind;
     rte->rellockmode = RowExclusiveLock;
     compat::init_range_table(estate, rte);
     writes->result = makeNode(ResultRelInfo);
-    InitResultRelInfo(writes->result, storage.heap, 1, nullptr, 0);
+    InitResultRelInfo(writes->result, heap, 1, nullptr, 0);
     // As in the apply worker: enough for ExecGetTriggerResultRel to find it.
     estate->es_opened_result_relations =
         lappend(estate->es_opened_result_relations, writes->result);
@@ -354,12 +370,18 @@ static WriteContext *start_writes(Storage &storage)
     // the readiness come from the relcache entry under our lock.
     ExecOpenIndices(writes->result, false);
     compat::init_epq(&writes->epq, estate);
-    TupleDesc desc = RelationGetDescr(storage.heap);
+    TupleDesc desc = RelationGetDescr(heap);
     writes->new_version = ExecInitExtraTupleSlot(estate, desc, &TTSOpsVirtual);
     writes->old_version = ExecInitExtraTupleSlot(estate, desc, &TTSOpsVirtual);
     AfterTriggerBeginQuery();
-    storage.writes = writes;
     return writes;
+}
+
+static WriteContext *start_writes(Storage &storage)
+{
+    if (storage.writes == nullptr)
+        storage.writes = make_writes(storage.heap);
+    return storage.writes;
 }
 
 static void finish_writes(WriteContext *writes)
@@ -543,16 +565,62 @@ static void decode_newest(const Storage &storage, TupleTableSlot *slot, Snapshot
     record.writer = committed_or_self(slot);
 }
 
-// Whether `record` is a version of `key`: a version reached through the
-// update chain rather than the index was not matched by the index scan.
+// Key columns compare byte-wise, as the "C" collation of their columns does.
+static bool same_text(Datum a, Datum b)
+{
+    const text *x = DatumGetTextPP(a);
+    const text *y = DatumGetTextPP(b);
+    size_t size = VARSIZE_ANY_EXHDR(x);
+    return size == VARSIZE_ANY_EXHDR(y) && memcmp(VARDATA_ANY(x), VARDATA_ANY(y), size) == 0;
+}
+
+// Whether a version with these key columns is one of `key`: the full key
+// compared after a fetch by digest, which another key may share, or through
+// the update chain rather than the index.
+static bool is_key(const Storage &storage, Oid tenant, Datum scope, Datum key_text,
+                   const Key &key)
+{
+    return (!storage.has(col_tenant) || tenant == key.tenant) && same_text(scope, key.scope) &&
+           same_text(key_text, key.key);
+}
+
 static bool is_version_of(const Storage &storage, const Record &record, const Key &key)
 {
-    if (storage.has(col_tenant) && DatumGetObjectId(record.values[col_tenant]) != key.tenant)
-        return false;
-    return DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, record.values[col_scope],
-                                                key.scope)) &&
-           DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, record.values[col_key],
-                                                key.key));
+    return is_key(storage, DatumGetObjectId(record.values[col_tenant]), record.values[col_scope],
+                  record.values[col_key], key);
+}
+
+// A fetch by digest found another key's version: the two keys' digests are
+// equal (key_digest.hpp says how unlikely that is without the secret).  An
+// error, never an answer about the other key.
+[[noreturn]] static void digest_collision(const Key &key)
+{
+    ereport(ERROR,
+            (errcode(errcode_key_digest_collision),
+             errmsg("idempotency key \"%s\" has the digest of another stored key",
+                    key_for_message(key.key)),
+             errdetail("Keys are stored under a 128-bit digest of their tenant, scope and key; "
+                       "the key stored under this one's digest is another."),
+             errhint("Send the request with another idempotency key."), errhidestmt(true)));
+}
+
+// The key columns of the version in `slot`, checked against `key`: for a
+// version the caller does not decode (one being replaced or deleted).
+static void check_key_in_slot(const Storage &storage, TupleTableSlot *slot, const Key &key)
+{
+    bool isnull;
+    Oid tenant = storage.has(col_tenant) ? DatumGetObjectId(slot_getattr(
+                                               slot, storage.attnum(col_tenant), &isnull))
+                                         : InvalidOid;
+    if (!is_key(storage, tenant, slot_getattr(slot, storage.attnum(col_scope), &isnull),
+                slot_getattr(slot, storage.attnum(col_key), &isnull), key))
+        digest_collision(key);
+}
+
+static void check_version_of(const Storage &storage, const Record &record, const Key &key)
+{
+    if (storage.has(col_digest) && !is_version_of(storage, record, key))
+        digest_collision(key);
 }
 
 // The version that replaces the one at `replaced`, which a transaction still
@@ -590,13 +658,20 @@ static void read_replacement(const Storage &storage, const Key &key, ItemPointer
 // (read_replacement); when there is none, the version is being deleted: the
 // key is then held by that transaction.
 // *passed_over tells whether an index entry led to no visible version.
-static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot,
-                       bool *passed_over = nullptr)
+// The scan keys that find `key` in the primary key: its digest, or before
+// 0.5.0 its columns (tenant, scope, key), or (scope, key) before 0.2.0;
+// ScanKeyInit compares text with the "C" collation, which the columns use.
+// 0 when the database has no secret yet: no key has a digest then.
+static int key_scan_keys(const Storage &storage, const Key &key, ScanKeyData (&keys)[3],
+                         pg_uuid_t *digest)
 {
-    Record record = not_found();
-    // By index column: (tenant, scope, key), or (scope, key) before 0.2.0.
-    // ScanKeyInit compares with the "C" collation, which the text columns use.
-    ScanKeyData keys[3];
+    if (storage.has(col_digest))
+    {
+        if (!key_digest(key, DigestUse::read, digest))
+            return 0;
+        ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_UUID_EQ, UUIDPGetDatum(digest));
+        return 1;
+    }
     int count = 0;
     if (storage.has(col_tenant))
     {
@@ -608,6 +683,18 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
     count++;
     ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_TEXTEQ, key.key);
     count++;
+    return count;
+}
+
+static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot,
+                       bool *passed_over = nullptr)
+{
+    Record record = not_found();
+    ScanKeyData keys[3];
+    pg_uuid_t digest;
+    int count = key_scan_keys(storage, key, keys, &digest);
+    if (count == 0)
+        return record;
     IndexScanDesc scan = compat::begin_index_scan(storage.heap, storage.pkey, snapshot, count);
     index_rescan(scan, keys, count, nullptr, 0);
     TupleTableSlot *slot = table_slot_create(storage.heap, nullptr);
@@ -634,17 +721,21 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
         if (!dirty)
         {
             decode_version(storage, slot, record);
+            check_version_of(storage, record, key);
             record.writer = committed_or_self(slot);
             break;
         }
         if (TransactionIdIsValid(snapshot->xmax))
         {
+            if (storage.has(col_digest))
+                check_key_in_slot(storage, slot, key);
             record.writer = Writer::other;
             record.writer_xid = snapshot->xmax;
             replaced = slot->tts_tid;
             continue;
         }
         decode_newest(storage, slot, snapshot, record);
+        check_version_of(storage, record, key);
         break;
     }
     if (!record.found && ItemPointerIsValid(&replaced))
@@ -714,21 +805,6 @@ static void remember_write(const Storage &storage, const ItemPointerData &tid)
     last_write = {RelationGetRelid(storage.heap), compat::current_lxid(), tid};
 }
 
-// Key columns compare byte-wise, as the primary key does ("C" collation).
-static bool same_text(Datum a, Datum b)
-{
-    return DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, a, b));
-}
-
-// Whether `record` is a version of `key`.
-static bool is_of_key(const Storage &storage, const Record &record, const Key &key)
-{
-    return (!storage.has(col_tenant) ||
-            DatumGetObjectId(record.values[col_tenant]) == key.tenant) &&
-           same_text(record.values[col_scope], key.scope) &&
-           same_text(record.values[col_key], key.key);
-}
-
 bool fetch_last_write(const Storage &storage, const Key &key, Record *record)
 {
     if (last_write.heap != RelationGetRelid(storage.heap) ||
@@ -751,7 +827,7 @@ bool fetch_last_write(const Storage &storage, const Key &key, Record *record)
     if (hit)
     {
         decode_newest(storage, slot, &dirty, *record);
-        hit = record->writer == Writer::self && is_of_key(storage, *record, key);
+        hit = record->writer == Writer::self && is_version_of(storage, *record, key);
     }
     ExecDropSingleTupleTableSlot(slot);
     return hit;
@@ -787,12 +863,25 @@ static void set_shard_key(const Storage &storage, Record &record)
         record.set(col_shard_key, citus::scope_as(type, record.values[col_scope]));
 }
 
+// digest: the key's digest for this database (key_digest.hpp), made with
+// the database's secret -- which the first write makes -- unless the table
+// is older than 0.5.0.
+static void set_digest(const Storage &storage, const Key &key, Record &record)
+{
+    if (!storage.has(col_digest))
+        return;
+    pg_uuid_t *digest = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
+    (void)key_digest(key, DigestUse::write, digest, &storage);
+    record.set(col_digest, UUIDPGetDatum(digest));
+}
+
 void insert_record(Storage &storage, const Key &key, Record &record)
 {
     record.set(col_tenant, ObjectIdGetDatum(key.tenant));
     record.set(col_scope, key.scope);
     record.set(col_key, key.key);
     set_shard_key(storage, record);
+    set_digest(storage, key, record);
     WriteContext *writes = start_writes(storage);
     TupleTableSlot *slot = store_values(storage, writes->new_version, record);
     run_write([&] { ExecSimpleRelationInsert(writes->result, writes->estate, slot); });
@@ -826,30 +915,88 @@ void delete_record(Storage &storage, const Record &record)
     CommandCounterIncrement();
 }
 
+bool holds_keys(const Storage &storage)
+{
+    SnapshotData dirty;
+    InitDirtySnapshot(dirty);
+    IndexScanDesc scan = compat::begin_index_scan(storage.heap, storage.pkey, &dirty, 0);
+    index_rescan(scan, nullptr, 0, nullptr, 0);
+    TupleTableSlot *slot = table_slot_create(storage.heap, nullptr);
+    bool any = index_getnext_slot(scan, ForwardScanDirection, slot);
+    ExecDropSingleTupleTableSlot(slot);
+    index_endscan(scan);
+    return any;
+}
+
+void insert_row(Relation relation, Datum *values, bool *nulls)
+{
+    WriteContext *writes = make_writes(relation);
+    TupleTableSlot *slot = writes->new_version;
+    ExecClearTuple(slot);
+    int natts = slot->tts_tupleDescriptor->natts;
+    memcpy(slot->tts_values, values, natts * sizeof(Datum));
+    memcpy(slot->tts_isnull, nulls, natts * sizeof(bool));
+    ExecStoreVirtualTuple(slot);
+    run_write([&] { ExecSimpleRelationInsert(writes->result, writes->estate, slot); });
+    check_written(slot);
+    finish_writes(writes);
+    CommandCounterIncrement();
+}
+
 // ---------------------------------------------------------------------------
 // Listing a scope
 // ---------------------------------------------------------------------------
 
+// From 0.5.0 on: the range of the scope's digests, after the digest of
+// after_key when it is given (see KeyScan in store.hpp).
+static int digest_range_keys(Oid tenant, Datum scope, Datum after_key, ScanKeyData (&keys)[3])
+{
+    pg_uuid_t *low = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
+    pg_uuid_t *high = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
+    if (!scope_digest_range(tenant, scope, low, high))
+        return 0;
+    StrategyNumber from = BTGreaterEqualStrategyNumber;
+    RegProcedure compare = F_UUID_GE;
+    if (after_key != (Datum)0)
+    {
+        (void)key_digest(Key{tenant, scope, after_key}, DigestUse::read, low);
+        from = BTGreaterStrategyNumber;
+        compare = F_UUID_GT;
+    }
+    ScanKeyInit(&keys[0], 1, from, compare, UUIDPGetDatum(low));
+    ScanKeyInit(&keys[1], 1, BTLessEqualStrategyNumber, F_UUID_LE, UUIDPGetDatum(high));
+    return 2;
+}
+
 KeyScan begin_key_scan(const Storage &storage, Oid tenant, Datum scope, Datum after_key,
                        Snapshot snapshot)
 {
+    KeyScan key_scan = {&storage, nullptr, nullptr, tenant, scope};
     ScanKeyData keys[3];
     int count = 0;
-    if (storage.has(col_tenant))
+    if (storage.has(col_digest))
     {
-        ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_OIDEQ,
-                    ObjectIdGetDatum(tenant));
-        count++;
+        count = digest_range_keys(tenant, scope, after_key, keys);
+        if (count == 0)
+            return key_scan;
     }
-    ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_TEXTEQ, scope);
-    count++;
-    if (after_key != (Datum)0)
+    else
     {
-        ScanKeyInit(&keys[count], count + 1, BTGreaterStrategyNumber, F_TEXT_GT, after_key);
+        // Before 0.5.0: (tenant, scope, key) order, or (scope, key).
+        if (storage.has(col_tenant))
+        {
+            ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_OIDEQ,
+                        ObjectIdGetDatum(tenant));
+            count++;
+        }
+        ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_TEXTEQ, scope);
         count++;
+        if (after_key != (Datum)0)
+        {
+            ScanKeyInit(&keys[count], count + 1, BTGreaterStrategyNumber, F_TEXT_GT, after_key);
+            count++;
+        }
     }
-    KeyScan key_scan;
-    key_scan.storage = &storage;
     key_scan.scan = compat::begin_index_scan(storage.heap, storage.pkey, snapshot, count);
     index_rescan(key_scan.scan, keys, count, nullptr, 0);
     key_scan.slot = table_slot_create(storage.heap, nullptr);
@@ -858,16 +1005,29 @@ KeyScan begin_key_scan(const Storage &storage, Oid tenant, Datum scope, Datum af
 
 bool next_key(KeyScan &scan, Record *record)
 {
-    if (!index_getnext_slot(scan.scan, ForwardScanDirection, scan.slot))
+    if (scan.scan == nullptr)
         return false;
-    *record = not_found();
-    decode_version(*scan.storage, scan.slot, *record);
-    record->writer = committed_or_self(scan.slot);
-    return true;
+    const Storage &storage = *scan.storage;
+    for (;;)
+    {
+        if (!index_getnext_slot(scan.scan, ForwardScanDirection, scan.slot))
+            return false;
+        *record = not_found();
+        decode_version(storage, scan.slot, *record);
+        record->writer = committed_or_self(scan.slot);
+        // A digest range holds the scope's keys, and those of any scope
+        // whose first four bytes are the same.
+        if (!storage.has(col_digest) ||
+            (DatumGetObjectId(record->values[col_tenant]) == scan.tenant &&
+             same_text(record->values[col_scope], scan.scope)))
+            return true;
+    }
 }
 
 void end_key_scan(KeyScan &scan)
 {
+    if (scan.scan == nullptr)
+        return;
     ExecDropSingleTupleTableSlot(scan.slot);
     index_endscan(scan.scan);
 }
@@ -876,14 +1036,18 @@ void end_key_scan(KeyScan &scan)
 // Expiry
 // ---------------------------------------------------------------------------
 
-// Only the fields an Expired test reads, straight from the buffer: the
-// sweep looks at many rows and deletes most of them, so it copies none.
+// Only the fields an Expired test reads, and the tenant, straight from the
+// buffer: the sweep looks at many rows and deletes most of them, so it
+// copies none.
 static void decode_expiry_fields(const Storage &storage, TupleTableSlot *slot, Record &record)
 {
     constexpr Column fields[] = {col_expires_at, col_status, col_lease_expires_at};
     for (Column column : fields)
         record.values[column] =
             slot_getattr(slot, storage.attnum(column), &record.nulls[column]);
+    if (storage.has(col_tenant))
+        record.values[col_tenant] =
+            slot_getattr(slot, storage.attnum(col_tenant), &record.nulls[col_tenant]);
     record.tid = slot->tts_tid;
 }
 
@@ -897,9 +1061,29 @@ struct Sweep
     int64 max_rows;        // < 0: no limit
     int64 deleted;
     Expired expired;
+    Oid tenant_checked;    // the last tenant orphaned() looked up, and
+    bool tenant_exists;    //   whether its role exists
 
     bool has_room() const { return max_rows < 0 || deleted < max_rows; }
 };
+
+// From 0.5.0 on, whether the record belongs to a role that no longer
+// exists (see delete_orphaned): the primary key no longer starts with the
+// tenant, so the heap sweep finds them, as it finds expired keys.
+static bool orphaned(Sweep &sweep, const Record &record)
+{
+    if (!sweep.storage.has(col_digest))
+        return false;
+    Oid tenant = DatumGetObjectId(record.values[col_tenant]);
+    if (!OidIsValid(tenant))
+        return false;
+    if (tenant != sweep.tenant_checked)
+    {
+        sweep.tenant_checked = tenant;
+        sweep.tenant_exists = SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(tenant));
+    }
+    return !sweep.tenant_exists;
+}
 
 // Deletes the version in sweep.slot if nobody is changing its key or the
 // version.  The key lock keeps the functions' writers away.  A tuple lock,
@@ -974,7 +1158,7 @@ static BlockNumber delete_expired(Sweep &sweep, TimestampTz now, BlockNumber fir
         }
         Record record;
         decode_expiry_fields(sweep.storage, sweep.slot, record);
-        if (sweep.expired(record, now))
+        if (sweep.expired(record, now) || orphaned(sweep, record))
             delete_if_idle(sweep);
         CHECK_FOR_INTERRUPTS();
     }
@@ -1028,11 +1212,12 @@ static Oid next_tenant(Sweep &sweep, Oid after)
 // The keys of roles that no longer exist.  Nobody can reach them -- a role
 // made later under the same name has another OID -- and deleting them within
 // a sweep of the DROP ROLE keeps them out of dumps and away from a role that
-// gets the same OID once the OID counter wraps around.  One index descent per
-// tenant finds the tenants.
+// gets the same OID once the OID counter wraps around.  Before 0.5.0, one
+// index descent per tenant finds the tenants; from 0.5.0 on, the heap sweep
+// does (orphaned), within a pass of the table.
 static void delete_orphaned(Sweep &sweep)
 {
-    if (!sweep.storage.has(col_tenant))
+    if (!sweep.storage.has(col_tenant) || sweep.storage.has(col_digest))
         return;
     for (Oid tenant = next_tenant(sweep, InvalidOid); sweep.has_room() && OidIsValid(tenant);
          tenant = next_tenant(sweep, tenant))
@@ -1061,7 +1246,9 @@ int64 expire(Storage &storage, TimestampTz now, int64 max_rows, Pace pace, Expir
                    table_slot_create(storage.heap, nullptr),
                    max_rows,
                    0,
-                   expired};
+                   expired,
+                   InvalidOid,
+                   true};
     // A snapshot that sees what this transaction did so far, as the next
     // statement would: a version it replaced earlier in this statement (a
     // takeover) is then gone, and its replacement is not expired.

@@ -92,6 +92,8 @@ enum Column
     col_sweep_at,              // unused since 0.3.0: NULL (see store_values)
     // 0.3.0
     col_shard_key, // text and NULL, or the scope as the Citus tenant column's type (citus_placement.hpp)
+    // 0.5.0
+    col_digest, // uuid: the key digest (key_digest.hpp), the primary key
     column_count
 };
 // The columns of a table still at 0.1.0: the library of a newer version runs
@@ -102,6 +104,9 @@ constexpr int columns_0_1_0 = col_tenant;
 // The columns of a table still at 0.2.0 (or of a Citus shard made before the
 // update): all but shard_key, which only typed Citus tenants need.
 constexpr int columns_0_2_0 = col_shard_key;
+// The columns of a table still at 0.3.0 or 0.4.0: all but digest, with the
+// primary key on (tenant, scope, key) instead of the digest.
+constexpr int columns_0_4_0 = col_digest;
 
 constexpr char status_in_progress = 'p';
 constexpr char status_completed = 'c';
@@ -117,7 +122,7 @@ struct Storage
     Relation heap;
     Relation pkey;
     LOCKMODE lockmode;
-    int columns;          // column_count, or columns_0_2_0 or _0_1_0 before the update
+    int columns;          // column_count, or columns_0_4_0, _0_2_0 or _0_1_0 before the update
     bool in_order;        // attribute n is column n - 1, and there are no others
     AttrNumber attnums[column_count]; // each column's attribute number, while has() it
     WriteContext *writes; // set up by the first write, finished by close()
@@ -248,14 +253,27 @@ Inserted insert_unless_present(Storage &storage, const Key &key, Record &record,
 void update_record(Storage &storage, Record &record);
 // Deletes the version `record.tid`, under the same conditions.
 void delete_record(Storage &storage, const Record &record);
+// Inserts one row into `relation` (opened and locked by the caller in
+// RowExclusiveLock or stronger) through the same executor routine as the
+// keys' writes: every index maintained, constraints checked, triggers fired.
+// `values` and `nulls` are in the relation's attribute order.
+void insert_row(Relation relation, Datum *values, bool *nulls);
+// Whether the storage has a version of any key, committed or in progress.
+bool holds_keys(const Storage &storage);
 
 // The records of one scope in key order, as an MVCC snapshot sees them,
 // after `after_key` when it is not 0: a keyset page through the primary key.
+// From 0.5.0 on the order is that of the keys' digests: a scope's keys are
+// one range of the primary key (key_digest.hpp), in an order that the
+// database's secret fixes, and a page starts after the digest of
+// `after_key`, whether or not that key is still stored.
 struct KeyScan
 {
     const Storage *storage;
-    IndexScanDesc scan;
+    IndexScanDesc scan; // nullptr: nothing to read (no secret yet)
     TupleTableSlot *slot;
+    Oid tenant;
+    Datum scope;
 };
 KeyScan begin_key_scan(const Storage &storage, Oid tenant, Datum scope, Datum after_key,
                        Snapshot snapshot);

@@ -1,0 +1,70 @@
+// The key digest: what the primary key of idempotency.keys holds from 0.5.0
+// on, a 128-bit keyed hash of (tenant, scope, key) under a secret of the
+// database.  The record keeps its tenant, scope and key beside it, and every
+// read compares them after the fetch (store.cpp): two keys whose digests are
+// equal are never taken for one another; the second fails with IK008
+// (errcode_key_digest_collision) instead.
+//
+// The construction, in memcmp (uuid) order of the 16 bytes:
+//   bytes 0-3   the top 32 bits of SipHash-2-4-64(secret, 0x01 | tenant | scope)
+//   bytes 4-15  96 bits of SipHash-2-4-128(secret, 0x02 | tenant | length of
+//               scope | scope | key)
+// (tenant as 4 little-endian bytes, the length as 4; the leading byte keeps
+// the two inputs apart.)  The first four bytes gather a scope's keys in one
+// range of the primary key, so that idempotency_keys() pages through a scope
+// as deep as it goes at the cost of one page (store::begin_key_scan); within
+// a scope, two keys share a digest with a chance of 2^-96 per pair, and
+// across scopes 2^-128.  Without the secret, nobody can choose keys whose
+// digests collide (SipHash is a PRF; siphash.hpp).
+//
+// The secret: 16 random bytes, the one row of idempotency.digest_secret,
+// made by the first write that needs it (or by the update from 0.4.0 when
+// there are keys to rewrite), registered with pg_extension_config_dump so
+// that pg_dump keeps it with the keys.  It never changes: the digests stored
+// are only found with it.  With Citus, idempotency_distribute() makes the
+// table a reference table, so that every node -- and every node a shard
+// moves to -- has the same secret (citus_placement.hpp).
+//
+// Cache (backend-local): the secret, once read as committed, for the OID of
+// the relation it was read from.  Safe: a committed secret never changes
+// (the extension never updates or deletes it; doc/operations.md says a DBA
+// must not either), and the relation it was read from goes away only through
+// DROP EXTENSION, TRUNCATE or a Citus placement change, each of which sends
+// a relcache invalidation of that relation, which forgets it.  A secret
+// written by a transaction still open (this one or another) is never cached:
+// a rollback, also of a subtransaction, takes it away.
+#pragma once
+
+#include "pg.hpp"
+
+extern "C"
+{
+#include "utils/uuid.h"
+}
+
+namespace idempotency::store
+{
+
+struct Key;
+struct Storage;
+
+enum class DigestUse
+{
+    read, // no secret yet: no key has a digest, and the answer is false
+    write // no secret yet: make one (a write; needs a writable transaction)
+};
+
+// The digest of `key` (the stored key: store::stored_key) for this
+// database.  False only for DigestUse::read when the database has no
+// secret yet.  A write that has to make the secret refuses to when `keys`
+// (the relation it writes to, when given) holds keys already: they were
+// stored under a secret that is gone.
+bool key_digest(const Key &key, DigestUse use, pg_uuid_t *digest,
+                const Storage *keys = nullptr);
+
+// The digest bounds of a scope's keys: every key of (tenant, scope) has a
+// digest in [*low, *high] (other scopes' keys may share the range).  False
+// when the database has no secret yet.
+bool scope_digest_range(Oid tenant, Datum scope, pg_uuid_t *low, pg_uuid_t *high);
+
+} // namespace idempotency::store
