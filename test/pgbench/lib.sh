@@ -306,6 +306,7 @@ declare -rA labels=(
     [plain_contention]='baseline: plain contention, 100 keys'
     [minimal_new_fn]='baseline: hand-written minimum, PL/pgSQL'
     [minimal_new]='baseline: hand-written minimum, 1 statement'
+    [contract_new_fn]='baseline: minimum with the lookup first, PL/pgSQL'
     [ext_new]='ext: new request, 5 statements'
     [ext_new_fn]='ext: new request, 1 round trip (PL/pgSQL)'
     [ext_new_pipeline]='ext: new request, 1 round trip (pipeline)'
@@ -333,6 +334,7 @@ declare -rA breakages=(
     [ext_two_phase]='s/random([01], 4611686018427387903)/:run/'
     [minimal_new_fn]='s/random([01], 4611686018427387903)/:run/'
     [minimal_new]='s/random([01], 4611686018427387903)/:run/'
+    [contract_new_fn]='s/random([01], 4611686018427387903)/:run/'
     # A key that was never stored.
     [bare_select]='s/random(1, :keys)/:keys + 1/'
     [plain_replay]='s/random(1, :keys)/:keys + 1/'

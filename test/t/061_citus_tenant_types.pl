@@ -230,7 +230,7 @@ for my $type (qw(bigint integer uuid))
 				$db,
 				sprintf(q{BEGIN; SELECT outcome FROM %s; COMMIT;
 				          SELECT status FROM idempotency_lookup(%s, 'k');
-				          SELECT string_agg(key, ',') FROM idempotency_keys(%s)},
+				          SELECT string_agg(key, ',' ORDER BY key) FROM idempotency_keys(%s)},
 					begin_call($spelling, 'k', 'POST /orders'), quote($spelling), quote($spelling))),
 			"replay\ncompleted\nk",
 			"$type: the scope $spelling replays, looks up and lists the key of $tenant[1], $where");
