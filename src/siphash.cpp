@@ -2,6 +2,10 @@
 
 #include <cstring>
 
+#if !defined(__BYTE_ORDER__)
+#error "siphash.cpp reads words by the compiler's __BYTE_ORDER__"
+#endif
+
 // Pure C++ (boundary.hpp's first zone): no PostgreSQL header may come in.
 #if defined(C_H) || defined(PG_VERSION_NUM)
 #error "siphash.cpp is pure C++: a PostgreSQL header is included (see boundary.hpp)"
@@ -17,11 +21,14 @@ inline uint64_t rotate(uint64_t x, int bits)
     return (x << bits) | (x >> (64 - bits));
 }
 
+// Little-endian words, read as one load where the machine is little-endian.
 inline uint64_t load_le(const uint8_t *p)
 {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
     return v;
 }
 

@@ -242,14 +242,81 @@ static void check_layout(Storage *storage)
                                "key) before the extension's update to 0.2.0.");
 }
 
-// Opens a relation that holds keys, already locked in `lockmode`.
+// The layout of the relation of keys opened last: its primary key and its
+// column map, as open_primary_key and check_layout found them; see
+// "Backend-local caches" in store.hpp.  Forgotten by a relcache
+// invalidation of the relation or of its primary key (or of all relations):
+// every change that could make it stale -- ALTER TABLE, an index added,
+// dropped or swapped in by REINDEX CONCURRENTLY, the primary key recreated --
+// sends one for the table.
+struct LayoutCache
+{
+    Oid heap; // InvalidOid: nothing cached
+    Oid pkey;
+    int columns;
+    bool in_order;
+    AttrNumber attnums[column_count];
+};
+static LayoutCache layout_cache = {InvalidOid, InvalidOid, 0, false, {}};
+static uint64 layout_invalidations = 0;
+
+static void forget_layout(Datum, Oid relid)
+{
+    if (relid == InvalidOid || relid == layout_cache.heap || relid == layout_cache.pkey)
+        layout_cache.heap = InvalidOid;
+    layout_invalidations++;
+}
+
+// The cached layout of `heap_oid`, with its primary key opened and locked:
+// false when there is none, or when locking the index processed an
+// invalidation (then nothing is left open or cached).  Read into a local
+// first: the lock may process invalidations.
+static bool open_cached_layout(Storage *storage, Oid heap_oid, LOCKMODE lockmode)
+{
+    LayoutCache cached = layout_cache;
+    if (cached.heap != heap_oid)
+        return false;
+    uint64 invalidations = layout_invalidations;
+    Relation pkey = index_open(cached.pkey, lockmode);
+    if (invalidations != layout_invalidations)
+    {
+        index_close(pkey, lockmode);
+        return false;
+    }
+    storage->pkey = pkey;
+    storage->columns = cached.columns;
+    storage->in_order = cached.in_order;
+    memcpy(storage->attnums, cached.attnums, sizeof cached.attnums);
+    return true;
+}
+
+// Opens a relation that holds keys, already locked in `lockmode`.  The
+// lock taken on the table already processed the invalidations before it.
 static void open_locked(Storage *storage, Oid heap_oid, LOCKMODE lockmode)
 {
+    static bool callback_registered = false;
+    if (!callback_registered)
+    {
+        CacheRegisterRelcacheCallback(forget_layout, (Datum)0);
+        callback_registered = true;
+    }
     storage->heap = table_open(heap_oid, NoLock);
-    storage->pkey = open_primary_key(storage->heap, lockmode);
-    check_layout(storage);
     storage->lockmode = lockmode;
     storage->writes = nullptr;
+    if (open_cached_layout(storage, heap_oid, lockmode))
+        return;
+    uint64 invalidations = layout_invalidations;
+    storage->pkey = open_primary_key(storage->heap, lockmode);
+    check_layout(storage);
+    // Kept only if nothing was invalidated while it was read.
+    if (invalidations == layout_invalidations)
+    {
+        layout_cache.heap = heap_oid;
+        layout_cache.pkey = RelationGetRelid(storage->pkey);
+        layout_cache.columns = storage->columns;
+        layout_cache.in_order = storage->in_order;
+        memcpy(layout_cache.attnums, storage->attnums, sizeof layout_cache.attnums);
+    }
 }
 
 // `scope`: the scope whose keys are to be read or written, (Datum)0 for the
