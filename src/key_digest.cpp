@@ -34,10 +34,28 @@ struct SecretCache
 };
 static SecretCache secret_cache = {InvalidOid, {}};
 
+// The digest this backend computed last, and of which key: a request's
+// begin reads its key and its complete writes it, each with its digest.
+// Kept only when made with the cached secret, and forgotten with it.
+constexpr size_t last_digest_max = 256;
+struct LastDigest
+{
+    bool valid;
+    Oid tenant;
+    uint32 scope_size;
+    uint32 key_size;
+    uint8 bytes[last_digest_max]; // the scope, then the key
+    pg_uuid_t digest;
+};
+static LastDigest last_digest = {false, InvalidOid, 0, 0, {}, {}};
+
 static void forget_secret(Datum, Oid relid)
 {
     if (relid == InvalidOid || relid == secret_cache.relation)
+    {
         secret_cache.relation = InvalidOid;
+        last_digest.valid = false;
+    }
 }
 
 // The relation that holds this node's copy of idempotency.digest_secret,
@@ -231,13 +249,46 @@ static void scope_prefix(const uint8 (&secret)[secret_size], Oid tenant, const t
         out[i] = uint8(hash >> (56 - 8 * i));
 }
 
+// Whether `last_digest` is the digest of this key.
+static bool last_digest_of(Oid tenant, const text *scope, const text *key)
+{
+    uint32 scope_size = VARSIZE_ANY_EXHDR(scope), key_size = VARSIZE_ANY_EXHDR(key);
+    return last_digest.valid && OidIsValid(secret_cache.relation) &&
+           injected_fault != fault_weak_digest && last_digest.tenant == tenant &&
+           last_digest.scope_size == scope_size && last_digest.key_size == key_size &&
+           memcmp(last_digest.bytes, VARDATA_ANY(scope), scope_size) == 0 &&
+           memcmp(last_digest.bytes + scope_size, VARDATA_ANY(key), key_size) == 0;
+}
+
+static void remember_digest(Oid tenant, const text *scope, const text *key,
+                            const pg_uuid_t &digest)
+{
+    uint32 scope_size = VARSIZE_ANY_EXHDR(scope), key_size = VARSIZE_ANY_EXHDR(key);
+    last_digest.valid = false;
+    if (!OidIsValid(secret_cache.relation) || injected_fault == fault_weak_digest ||
+        size_t(scope_size) + key_size > last_digest_max)
+        return;
+    last_digest.tenant = tenant;
+    last_digest.scope_size = scope_size;
+    last_digest.key_size = key_size;
+    memcpy(last_digest.bytes, VARDATA_ANY(scope), scope_size);
+    memcpy(last_digest.bytes + scope_size, VARDATA_ANY(key), key_size);
+    last_digest.digest = digest;
+    last_digest.valid = true;
+}
+
 bool key_digest(const Key &key, DigestUse use, pg_uuid_t *digest, const Storage *keys)
 {
+    const text *scope = DatumGetTextPP(key.scope);
+    const text *key_text = DatumGetTextPP(key.key);
+    if (last_digest_of(key.tenant, scope, key_text))
+    {
+        *digest = last_digest.digest;
+        return true;
+    }
     uint8 secret[secret_size];
     if (!database_secret(use, secret, keys))
         return false;
-    const text *scope = DatumGetTextPP(key.scope);
-    const text *key_text = DatumGetTextPP(key.key);
     scope_prefix(secret, key.tenant, scope, digest->data);
 
     uint8 stack[512];
@@ -259,6 +310,7 @@ bool key_digest(const Key &key, DigestUse use, pg_uuid_t *digest, const Storage 
         digest->data[4] &= 0xF0;
         memset(digest->data + 5, 0, 11);
     }
+    remember_digest(key.tenant, scope, key_text, *digest);
     return true;
 }
 

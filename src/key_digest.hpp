@@ -32,7 +32,9 @@
 // DROP EXTENSION, TRUNCATE or a Citus placement change, each of which sends
 // a relcache invalidation of that relation, which forgets it.  A secret
 // written by a transaction still open (this one or another) is never cached:
-// a rollback, also of a subtransaction, takes it away.
+// a rollback, also of a subtransaction, takes it away.  With it, the last
+// digest computed and its key (a request's begin and complete digest the
+// same key), made with the cached secret and forgotten with it.
 #pragma once
 
 #include "pg.hpp"

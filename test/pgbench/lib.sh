@@ -311,6 +311,7 @@ declare -rA labels=(
     [ext_new_fn]='ext: new request, 1 round trip (PL/pgSQL)'
     [ext_new_pipeline]='ext: new request, 1 round trip (pipeline)'
     [ext_replay]='ext: replay'
+    [ext_replay_scalar]='ext: replay, scalar call (a handler)'
     [ext_contention]='ext: contention, 100 keys'
     [ext_mismatch]='ext: mismatch'
     [ext_lookup]='ext: lookup'
@@ -339,6 +340,7 @@ declare -rA breakages=(
     [bare_select]='s/random(1, :keys)/:keys + 1/'
     [plain_replay]='s/random(1, :keys)/:keys + 1/'
     [ext_replay]='s/random(1, :keys)/:keys + 1/'
+    [ext_replay_scalar]='s/random(1, :keys)/:keys + 1/'
     [ext_lookup]='s/random(1, :keys)/:keys + 1/'
     # A key that nobody claimed.
     [ext_in_progress]='s/random(1, :pending)/:pending + 1/'
