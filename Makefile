@@ -68,8 +68,7 @@ demo:
 bench:
 	bash test/pgbench/run
 # Instructions, WAL and tuples per request under callgrind, against the
-# baselines; GATE=1 fails when a new request or a replay costs more than its
-# baseline (see test/pgbench/cost).
+# baselines; GATE=1 fails when a ratio misses its goal (see test/pgbench/cost).
 bench-cost:
 	bash test/pgbench/cost
 bench-expiry:

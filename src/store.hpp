@@ -30,9 +30,18 @@
 //    the table is locked, and after the lock -- which processes pending
 //    invalidations -- it is used only if no invalidation arrived meanwhile or
 //    the name still resolves to it, the check RangeVarGetRelidExtended makes.
-//    Index OIDs are never cached: the primary key and the index list come
-//    from the table's relcache entry after its lock, and the primary key is
-//    checked again after its own lock.
+//  * The layout of the relation of keys opened last: its primary key's OID
+//    and its column map (store.cpp, layout_cache), which open_primary_key and
+//    check_layout found.  Forgotten by a relcache invalidation of the table,
+//    of the index, or of all relations: ALTER TABLE, an index created or
+//    dropped, REINDEX CONCURRENTLY's swap and a recreated primary key each
+//    send one for the table.  Read into a local after the table's lock
+//    (which processed the invalidations before it), and used only if no
+//    invalidation arrived while the index was locked -- the check
+//    open_primary_key makes by reading the primary key again; otherwise
+//    both are found afresh from the relcache entry.
+//  * The database's secret of the key digests and the last digest computed
+//    (key_digest.cpp; see key_digest.hpp for why it is safe).
 //  * The address of the version this backend wrote last (store.cpp,
 //    last_write).  Valid only in the transaction that wrote it (tagged with
 //    the local transaction id), forgotten on any rollback to a savepoint
@@ -42,10 +51,11 @@
 //  * With Citus, the layout of the distributed table: hash function, shard
 //    ranges, which shards are placed here (citus_placement.cpp; see citus_placement.hpp for why
 //    it is safe).
-//  * The result row type of idempotency_begin and its enum's OIDs (api.cpp,
-//    in the call site's fn_extra).  They live as long as the FmgrInfo, which
-//    belongs to one plan; a plan is rebuilt when the type or the function
-//    changes (ALTER EXTENSION UPDATE, DROP/CREATE EXTENSION).
+//  * The result row descriptor of idempotency_begin and its enum's OIDs
+//    (api.cpp): a copy of the type cache's descriptor, checked at each call
+//    against the type cache's number for the type's current descriptor,
+//    which changes with ALTER TYPE or a type recreated under the same OID;
+//    the enum's OIDs are forgotten by any pg_enum invalidation.
 // Nothing else is kept across calls.
 #pragma once
 

@@ -106,9 +106,9 @@ for my $type (qw(bigint integer uuid))
 			join ';', $order_sql->($tenant[0], 'before'), $order_sql->($spelled->($tenant[0]), 'spelled-before'),
 			map {
 				sprintf(q{INSERT INTO idempotency.keys (scope, key, request, created_at, ttl, expires_at,
-				                                        status, attempt, completed_at, response_status)
-				          VALUES (%s, %s, request_hash('POST /orders'::text), now(), '1 day',
-				                  now() + '1 day', 'c', 1, now(), 201)},
+				                                        status, attempt, completed_at, response_status, digest)
+				          VALUES (%1$s, %2$s, request_hash('POST /orders'::text), now(), '1 day',
+				                  now() + '1 day', 'c', 1, now(), 201, idempotency.key_digest(0, %1$s, %2$s))},
 					quote($_->[0]), quote($_->[1]))
 			} @stored);
 	}
@@ -149,9 +149,9 @@ for my $type (qw(bigint integer uuid))
 		# the coordinator.
 		my $insert_bad_row =
 		  q{INSERT INTO idempotency.keys (scope, key, request, created_at, ttl, expires_at,
-		                                  status, attempt)
+		                                  status, attempt, digest)
 		    VALUES ('tenant-x', 'k', request_hash('r'::text), now(), '1 day', now() + '1 day',
-		            'c', 1)};
+		            'c', 1, idempotency.key_digest(0, 'tenant-x', 'k'))};
 		$workers[1]->safe_psql($db, $insert_bad_row);
 		($sqlstate, $stderr) =
 		  sql_error($coordinator, $db, q{SELECT idempotency_distribute('orders')});
