@@ -764,7 +764,8 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
         return record;
     IndexScanDesc scan = compat::begin_index_scan(storage.heap, storage.pkey, snapshot, count);
     index_rescan(scan, keys, count, nullptr, 0);
-    TupleTableSlot *slot = table_slot_create(storage.heap, nullptr);
+    // Made at the first index entry: a new key has none.
+    TupleTableSlot *slot = nullptr;
     const bool dirty = snapshot->snapshot_type == SNAPSHOT_DIRTY;
     ItemPointerData replaced; // the last version found being deleted or replaced
     ItemPointerSetInvalid(&replaced);
@@ -779,6 +780,8 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
             if (dirty)
                 pause_for_test(fault_pause_in_read, 18759);
         }
+        if (slot == nullptr)
+            slot = table_slot_create(storage.heap, nullptr);
         if (!index_fetch_heap(scan, slot))
         {
             if (passed_over != nullptr)
@@ -807,7 +810,8 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
     }
     if (!record.found && ItemPointerIsValid(&replaced))
         read_replacement(storage, key, replaced, snapshot, slot, record);
-    ExecDropSingleTupleTableSlot(slot);
+    if (slot != nullptr)
+        ExecDropSingleTupleTableSlot(slot);
     index_endscan(scan);
     return record;
 }
