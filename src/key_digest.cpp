@@ -61,7 +61,7 @@ struct LastScope
 };
 static LastScope last_scope = {false, InvalidOid, 0, {}, {}};
 
-static void forget_secret(Datum, Oid relid)
+void forget_secret(Oid relid)
 {
     if (relid == InvalidOid || relid == secret_cache.relation)
     {
@@ -195,12 +195,7 @@ static bool database_secret(DigestUse use, uint8 (&secret)[secret_size], const S
         memcpy(secret, secret_cache.bytes, secret_size);
         return true;
     }
-    static bool callback_registered = false;
-    if (!callback_registered)
-    {
-        CacheRegisterRelcacheCallback(forget_secret, (Datum)0);
-        callback_registered = true;
-    }
+    watch_relation_invalidations();
     Oid relid = secret_relation(AccessShareLock);
     Found found = read_secret(relid, secret);
     if (found == Found::settled)

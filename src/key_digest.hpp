@@ -64,6 +64,11 @@ enum class DigestUse
 bool key_digest(const Key &key, DigestUse use, pg_uuid_t *digest,
                 const Storage *keys = nullptr);
 
+// Forgets the cached secret (and digests) when `relid`, the relation it was
+// read from, is invalidated, or all are (InvalidOid): store.cpp's relcache
+// callback calls it.
+void forget_secret(Oid relid);
+
 // The digest bounds of a scope's keys: every key of (tenant, scope) has a
 // digest in [*low, *high] (other scopes' keys may share the range).  False
 // when the database has no secret yet.

@@ -57,11 +57,7 @@ constexpr uint16 key_lock_tag = 0x4944;
 // The OID of idempotency.keys; see "Backend-local caches" in store.hpp.
 static Oid heap_oid_cache = InvalidOid;
 
-static void forget_heap_oid(Datum, Oid relid)
-{
-    if (relid == InvalidOid || relid == heap_oid_cache)
-        heap_oid_cache = InvalidOid;
-}
+static void forget_layout(Oid relid);
 
 // The table by name, without a privilege check on the private schema:
 // EXECUTE on the functions is the gate.
@@ -77,12 +73,7 @@ static Oid look_up_heap()
 // of pulling it from under their uncommitted rows.
 static Oid lock_heap(LOCKMODE lockmode, bool skip_if_busy)
 {
-    static bool callback_registered = false;
-    if (!callback_registered)
-    {
-        CacheRegisterRelcacheCallback(forget_heap_oid, (Datum)0);
-        callback_registered = true;
-    }
+    watch_relation_invalidations();
     for (;;)
     {
         uint64 invalidations = SharedInvalidMessageCounter;
@@ -260,11 +251,31 @@ struct LayoutCache
 static LayoutCache layout_cache = {InvalidOid, InvalidOid, 0, false, {}};
 static uint64 layout_invalidations = 0;
 
-static void forget_layout(Datum, Oid relid)
+static void forget_layout(Oid relid)
 {
     if (relid == InvalidOid || relid == layout_cache.heap || relid == layout_cache.pkey)
         layout_cache.heap = InvalidOid;
     layout_invalidations++;
+}
+
+// The storage's one relcache callback, for every cache of this layer (a
+// backend has ten such callbacks for all its libraries: Citus takes several).
+static void forget_relation(Datum, Oid relid)
+{
+    if (relid == InvalidOid || relid == heap_oid_cache)
+        heap_oid_cache = InvalidOid;
+    forget_layout(relid);
+    forget_secret(relid);
+}
+
+void watch_relation_invalidations()
+{
+    static bool callback_registered = false;
+    if (!callback_registered)
+    {
+        CacheRegisterRelcacheCallback(forget_relation, (Datum)0);
+        callback_registered = true;
+    }
 }
 
 // The cached layout of `heap_oid`, with its primary key opened and locked:
@@ -294,12 +305,7 @@ static bool open_cached_layout(Storage *storage, Oid heap_oid, LOCKMODE lockmode
 // lock taken on the table already processed the invalidations before it.
 static void open_locked(Storage *storage, Oid heap_oid, LOCKMODE lockmode)
 {
-    static bool callback_registered = false;
-    if (!callback_registered)
-    {
-        CacheRegisterRelcacheCallback(forget_layout, (Datum)0);
-        callback_registered = true;
-    }
+    watch_relation_invalidations();
     storage->heap = table_open(heap_oid, NoLock);
     storage->lockmode = lockmode;
     storage->writes = nullptr;

@@ -270,6 +270,10 @@ void delete_record(Storage &storage, const Record &record);
 void insert_row(Relation relation, Datum *values, bool *nulls);
 // Whether the storage has a version of any key, committed or in progress.
 bool holds_keys(const Storage &storage);
+// Registers, once per backend, the relcache callback that forgets this
+// layer's caches (see "Backend-local caches" above): one for all of them,
+// since a backend has only ten for every library it loads.
+void watch_relation_invalidations();
 
 // The records of one scope in key order, as an MVCC snapshot sees them,
 // after `after_key` when it is not 0: a keyset page through the primary key.
