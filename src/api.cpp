@@ -134,7 +134,7 @@ static TupleDesc begin_result_desc(FunctionCallInfo fcinfo)
         type = get_func_rettype(fcinfo->flinfo->fn_oid);
     ResultDescCache &cache = result_desc_cache;
     if (cache.type == type && cache.entry->tupDesc != nullptr &&
-        cache.entry->tupDesc_identifier == cache.identifier)
+        cache.entry->tupDesc_identifier == cache.identifier && idempotency::caches_on())
         return cache.desc;
     TupleDesc current = lookup_rowtype_tupdesc(type, -1);
     TypeCacheEntry *entry = lookup_type_cache(type, TYPECACHE_TUPDESC);

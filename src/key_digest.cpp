@@ -190,7 +190,7 @@ static void make_secret(uint8 (&secret)[secret_size], const Storage *keys)
 // still in progress wrote (it may roll back): make_secret waits for it.
 static bool database_secret(DigestUse use, uint8 (&secret)[secret_size], const Storage *keys)
 {
-    if (OidIsValid(secret_cache.relation))
+    if (OidIsValid(secret_cache.relation) && caches_on())
     {
         memcpy(secret, secret_cache.bytes, secret_size);
         return true;
@@ -198,7 +198,7 @@ static bool database_secret(DigestUse use, uint8 (&secret)[secret_size], const S
     watch_relation_invalidations();
     Oid relid = secret_relation(AccessShareLock);
     Found found = read_secret(relid, secret);
-    if (found == Found::settled)
+    if (found == Found::settled && caches_on())
     {
         // Locking the relation processed invalidations; none can arrive
         // between the read and here.
@@ -248,7 +248,7 @@ static void scope_prefix(const uint8 (&secret)[secret_size], Oid tenant, const t
                          uint8 *out)
 {
     uint32 size = VARSIZE_ANY_EXHDR(scope);
-    bool cacheable = OidIsValid(secret_cache.relation) &&
+    bool cacheable = OidIsValid(secret_cache.relation) && caches_on() &&
                      memcmp(secret, secret_cache.bytes, secret_size) == 0 && size <= last_digest_max;
     if (cacheable && last_scope.valid && last_scope.tenant == tenant && last_scope.size == size &&
         memcmp(last_scope.bytes, VARDATA_ANY(scope), size) == 0)
@@ -279,7 +279,7 @@ static void scope_prefix(const uint8 (&secret)[secret_size], Oid tenant, const t
 static bool last_digest_of(Oid tenant, const text *scope, const text *key)
 {
     uint32 scope_size = VARSIZE_ANY_EXHDR(scope), key_size = VARSIZE_ANY_EXHDR(key);
-    return last_digest.valid && OidIsValid(secret_cache.relation) &&
+    return last_digest.valid && OidIsValid(secret_cache.relation) && caches_on() &&
            injected_fault != fault_weak_digest && last_digest.tenant == tenant &&
            last_digest.scope_size == scope_size && last_digest.key_size == key_size &&
            memcmp(last_digest.bytes, VARDATA_ANY(scope), scope_size) == 0 &&
@@ -291,7 +291,7 @@ static void remember_digest(Oid tenant, const text *scope, const text *key,
 {
     uint32 scope_size = VARSIZE_ANY_EXHDR(scope), key_size = VARSIZE_ANY_EXHDR(key);
     last_digest.valid = false;
-    if (!OidIsValid(secret_cache.relation) || injected_fault == fault_weak_digest ||
+    if (!OidIsValid(secret_cache.relation) || !caches_on() || injected_fault == fault_weak_digest ||
         size_t(scope_size) + key_size > last_digest_max)
         return;
     last_digest.tenant = tenant;

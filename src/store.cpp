@@ -285,7 +285,7 @@ void watch_relation_invalidations()
 static bool open_cached_layout(Storage *storage, Oid heap_oid, LOCKMODE lockmode)
 {
     LayoutCache cached = layout_cache;
-    if (cached.heap != heap_oid)
+    if (cached.heap != heap_oid || !caches_on())
         return false;
     uint64 invalidations = layout_invalidations;
     Relation pkey = index_open(cached.pkey, lockmode);
@@ -315,7 +315,7 @@ static void open_locked(Storage *storage, Oid heap_oid, LOCKMODE lockmode)
     storage->pkey = open_primary_key(storage->heap, lockmode);
     check_layout(storage);
     // Kept only if nothing was invalidated while it was read.
-    if (invalidations == layout_invalidations)
+    if (invalidations == layout_invalidations && caches_on())
     {
         layout_cache.heap = heap_oid;
         layout_cache.pkey = RelationGetRelid(storage->pkey);
