@@ -122,6 +122,18 @@ query('restored', 'GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA public TO tenant_a')
 is(query('restored', $answers_sql), $expected, 'restored: every key answers as before');
 is(as_tenant('restored', $tenant_answer_sql), $expected_tenant, 'restored: the tenant\'s key too');
 
+# doc/operations.md's example of idempotency.key_digest (tested: key_digest.sql)
+# finds the row of a key by its digest.
+my ($example) = slurp_file('doc/operations.md') =~ /<!-- tested: key_digest\.sql -->\n```sql\n(.*?)```/s;
+ok(defined $example, 'doc/operations.md has the example of idempotency.key_digest');
+query('restored', q{
+	BEGIN;
+	SELECT outcome FROM idempotency_begin('shop', 'k-1', request_hash('r'::text));
+	SELECT idempotency_complete('shop', 'k-1', 201);
+	COMMIT;
+});
+is(query('restored', $example), 'shop|k-1|c', 'it finds the row of the key by its digest');
+
 # A fresh install makes no secret until the first write; the update of an
 # empty table makes none either (a restore brings its own).
 query('postgres', 'CREATE DATABASE fresh; CREATE DATABASE empty_update');
