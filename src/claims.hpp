@@ -184,7 +184,7 @@
 //   takeover of another request's       K T       store_api, store_api.sql
 //   wait for a holder, then decide      W         wait_timeouts, claim_race, deferred_claims
 //   read while a deletion or            R         replacement_rollback, replaced_version,
-//     replacement rolls back or commits           t/023
+//     replacement rolls back or commits           t/023, t/024
 //   complete                            H T       api.sql, lease_takeover, store_api
 //   replace a stored response           H T       store_api.sql
 //   complete a 5xx, not stored: the     H         api.sql

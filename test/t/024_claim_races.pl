@@ -7,6 +7,8 @@
 # the scheduler picks, every key is run exactly once: one business row per
 # completed key, none for a key nobody completed.  (The isolation specs fix
 # the interleavings that matter; this is the same guarantee under load.)
+# On the first server, committed claims are also changed by transactions
+# that roll back while retries read them (rollback_window, rule R).
 use strict;
 use warnings;
 use FindBin;
