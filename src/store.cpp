@@ -723,14 +723,6 @@ static void read_replacement(const Storage &storage, const Key &key, ItemPointer
         record = successor;
 }
 
-// Scans the primary key for (scope, key).  With a dirty snapshot an index scan
-// returns every version that is committed-live or touched by a transaction in
-// progress (including each member of a HOT chain).  The newest is the one no
-// other transaction is deleting or replacing; a replacement comes later in
-// the scan, or, not indexed yet, at the end of the update chain
-// (read_replacement); when there is none, the version is being deleted: the
-// key is then held by that transaction.
-// *passed_over tells whether an index entry led to no visible version.
 // The scan keys that find `key` in the primary key: its digest, or before
 // 0.5.0 its columns (tenant, scope, key), or (scope, key) before 0.2.0;
 // ScanKeyInit compares text with the "C" collation, which the columns use.
@@ -759,6 +751,15 @@ static int key_scan_keys(const Storage &storage, const Key &key, ScanKeyData (&k
     return count;
 }
 
+// Scans the primary key for the key (key_scan_keys).  With a dirty snapshot an index scan
+// returns every version that is committed-live or touched by a transaction in
+// progress (including each member of a HOT chain).  The newest is the one no
+// other transaction is deleting or replacing; a replacement comes later in
+// the scan, or, not indexed yet, at the end of the update chain
+// (read_replacement); when there is none, the version is being deleted (or
+// its replacement rolled back after the scan checked it: see Record): the
+// key is then held by that transaction.
+// *passed_over tells whether an index entry led to no visible version.
 static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot,
                        bool *passed_over = nullptr)
 {
@@ -808,6 +809,7 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
             record.writer = Writer::other;
             record.writer_xid = snapshot->xmax;
             replaced = slot->tts_tid;
+            pause_for_test(fault_pause_in_read, 18762);
             continue;
         }
         decode_newest(storage, slot, snapshot, record);
