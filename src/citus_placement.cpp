@@ -764,12 +764,11 @@ Oid reference_placement(Oid table, LOCKMODE lockmode)
     if (!found.distributed)
         return table;
     if (!found.reference || !found.local)
-        ereport(ERROR,
-                (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                 errmsg("table \"%s\" has no placement on this node", get_rel_name(table)),
-                 errdetail("Citus keeps it as a reference table, placed on every node."),
-                 errhint("Run SELECT replicate_reference_tables() on the coordinator."),
-                 errhidestmt(true)));
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("table \"%s\" has no placement on this node", get_rel_name(table)),
+                        errdetail("Citus keeps it as a reference table, placed on every node."),
+                        errhint("Run SELECT replicate_reference_tables() on the coordinator."),
+                        errhidestmt(true)));
     return lock_shard_relation(table, found.shard, lockmode, false);
 }
 

@@ -130,11 +130,10 @@ static Found read_secret(Oid relid, uint8 (&secret)[secret_size])
         memcpy(secret, VARDATA_ANY(bytes), secret_size);
         bool should_free;
         HeapTuple tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
-        found = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data))
-                    ? Found::own
-                : TransactionIdIsValid(dirty.xmin) || TransactionIdIsValid(dirty.xmax)
-                    ? Found::other
-                    : Found::settled;
+        found =
+            TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data)) ? Found::own
+            : TransactionIdIsValid(dirty.xmin) || TransactionIdIsValid(dirty.xmax) ? Found::other
+                                                                                   : Found::settled;
     }
     ExecDropSingleTupleTableSlot(slot);
     table_endscan(scan);
@@ -242,14 +241,14 @@ struct Input
     }
 };
 
-
 // The first four bytes: a scope's range.
 static void scope_prefix(const uint8 (&secret)[secret_size], Oid tenant, const text *scope,
                          uint8 *out)
 {
     uint32 size = VARSIZE_ANY_EXHDR(scope);
     bool cacheable = OidIsValid(secret_cache.relation) && caches_on() &&
-                     memcmp(secret, secret_cache.bytes, secret_size) == 0 && size <= last_digest_max;
+                     memcmp(secret, secret_cache.bytes, secret_size) == 0 &&
+                     size <= last_digest_max;
     if (cacheable && last_scope.valid && last_scope.tenant == tenant && last_scope.size == size &&
         memcmp(last_scope.bytes, VARDATA_ANY(scope), size) == 0)
     {
@@ -286,8 +285,7 @@ static bool last_digest_of(Oid tenant, const text *scope, const text *key)
            memcmp(last_digest.bytes + scope_size, VARDATA_ANY(key), key_size) == 0;
 }
 
-static void remember_digest(Oid tenant, const text *scope, const text *key,
-                            const pg_uuid_t &digest)
+static void remember_digest(Oid tenant, const text *scope, const text *key, const pg_uuid_t &digest)
 {
     uint32 scope_size = VARSIZE_ANY_EXHDR(scope), key_size = VARSIZE_ANY_EXHDR(key);
     last_digest.valid = false;

@@ -61,8 +61,7 @@ enum class DigestUse
 // secret yet.  A write that has to make the secret refuses to when `keys`
 // (the relation it writes to, when given) holds keys already: they were
 // stored under a secret that is gone.
-bool key_digest(const Key &key, DigestUse use, pg_uuid_t *digest,
-                const Storage *keys = nullptr);
+bool key_digest(const Key &key, DigestUse use, pg_uuid_t *digest, const Storage *keys = nullptr);
 
 // Forgets the cached secret (and digests) when `relid`, the relation it was
 // read from, is invalidated, or all are (InvalidOid): store.cpp's relcache

@@ -85,8 +85,8 @@ struct State
 State compress(const uint8_t (&key)[key_size], const void *data, size_t size, bool wide)
 {
     uint64_t k0 = load_le(key), k1 = load_le(key + 8);
-    State s = {k0 ^ 0x736f6d6570736575ULL, k1 ^ 0x646f72616e646f6dULL,
-               k0 ^ 0x6c7967656e657261ULL, k1 ^ 0x7465646279746573ULL};
+    State s = {k0 ^ 0x736f6d6570736575ULL, k1 ^ 0x646f72616e646f6dULL, k0 ^ 0x6c7967656e657261ULL,
+               k1 ^ 0x7465646279746573ULL};
     if (wide)
         s.v1 ^= 0xee;
     const uint8_t *in = static_cast<const uint8_t *>(data);

@@ -192,9 +192,8 @@ static void map_columns(Storage *storage)
     while (columns < column_count && storage->attnums[columns] != 0)
         columns++;
     for (int column = columns; column < column_count; column++)
-        if (storage->attnums[column] != 0 ||
-            (columns != column_count && columns != columns_0_4_0 && columns != columns_0_2_0 &&
-             columns != columns_0_1_0))
+        if (storage->attnums[column] != 0 || (columns != column_count && columns != columns_0_4_0 &&
+                                              columns != columns_0_2_0 && columns != columns_0_1_0))
             report_changed_storage(
                 psprintf("has no column \"%s\"", column_names[columns]),
                 "Add it back with the type the extension's install script gives it (ALTER TABLE "
@@ -650,8 +649,7 @@ static bool same_text(Datum a, Datum b)
 // Whether a version with these key columns is one of `key`: the full key
 // compared after a fetch by digest, which another key may share, or through
 // the update chain rather than the index.
-static bool is_key(const Storage &storage, Oid tenant, Datum scope, Datum key_text,
-                   const Key &key)
+static bool is_key(const Storage &storage, Oid tenant, Datum scope, Datum key_text, const Key &key)
 {
     return (!storage.has(col_tenant) || tenant == key.tenant) && same_text(scope, key.scope) &&
            same_text(key_text, key.key);
@@ -682,9 +680,9 @@ static bool is_version_of(const Storage &storage, const Record &record, const Ke
 static void check_key_in_slot(const Storage &storage, TupleTableSlot *slot, const Key &key)
 {
     bool isnull;
-    Oid tenant = storage.has(col_tenant) ? DatumGetObjectId(slot_getattr(
-                                               slot, storage.attnum(col_tenant), &isnull))
-                                         : InvalidOid;
+    Oid tenant = storage.has(col_tenant)
+                     ? DatumGetObjectId(slot_getattr(slot, storage.attnum(col_tenant), &isnull))
+                     : InvalidOid;
     if (!is_key(storage, tenant, slot_getattr(slot, storage.attnum(col_scope), &isnull),
                 slot_getattr(slot, storage.attnum(col_key), &isnull), key))
         digest_collision(key);
@@ -1140,8 +1138,8 @@ struct Sweep
     int64 max_rows;        // < 0: no limit
     int64 deleted;
     Expired expired;
-    Oid tenant_checked;    // the last tenant orphaned() looked up, and
-    bool tenant_exists;    //   whether its role exists
+    Oid tenant_checked; // the last tenant orphaned() looked up, and
+    bool tenant_exists; //   whether its role exists
 
     bool has_room() const { return max_rows < 0 || deleted < max_rows; }
 };
