@@ -21,7 +21,7 @@
 -- restore brings both (the install script makes none, so the dumped row is
 -- the only one).  It never changes; the keys' digests are only found with it.
 CREATE TABLE idempotency.digest_secret (
-    secret bytea NOT NULL
+    secret pg_catalog.bytea NOT NULL
         CONSTRAINT digest_secret_16_bytes
         CHECK (pg_catalog.octet_length(secret) OPERATOR(pg_catalog.=) 16)
 );
@@ -36,12 +36,12 @@ SELECT pg_catalog.pg_extension_config_dump('idempotency.digest_secret', '');
 -- moves keys into idempotency.keys: this update, and the move from the SQL
 -- edition (doc/operations.md, "Moving keys in").  It makes the secret when
 -- there is none, so it needs a writable transaction then.
-CREATE FUNCTION idempotency.key_digest(tenant pg_catalog.regrole, scope text, key text)
-    RETURNS uuid
+CREATE FUNCTION idempotency.key_digest(tenant pg_catalog.regrole, scope pg_catalog.text, key pg_catalog.text)
+    RETURNS pg_catalog.uuid
     AS 'MODULE_PATHNAME', 'idempotency_key_digest' LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
-COMMENT ON FUNCTION idempotency.key_digest(pg_catalog.regrole, text, text) IS
+COMMENT ON FUNCTION idempotency.key_digest(pg_catalog.regrole, pg_catalog.text, pg_catalog.text) IS
     'the digest idempotency.keys stores the key (tenant, scope, key) under in this database; makes the database''s secret if it has none';
-REVOKE ALL ON FUNCTION idempotency.key_digest(pg_catalog.regrole, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idempotency.key_digest(pg_catalog.regrole, pg_catalog.text, pg_catalog.text) FROM PUBLIC;
 
 -- The new column, at the end (as each version's are), then one rewrite of
 -- the table that fills it, and the new primary key built once, sorted.  (An
@@ -70,11 +70,11 @@ BEGIN
             USING DETAIL = 'The functions serve it as they did; a new request costs what it cost under 0.4.0.';
         RETURN;
     END IF;
-    ALTER TABLE idempotency.keys ADD COLUMN digest uuid;
+    ALTER TABLE idempotency.keys ADD COLUMN digest pg_catalog.uuid;
     COMMENT ON COLUMN idempotency.keys.digest IS
         'the primary key: a 128-bit keyed digest of (tenant, scope, key) under idempotency.digest_secret';
     ALTER TABLE idempotency.keys
-        ALTER COLUMN digest TYPE uuid USING idempotency.key_digest(tenant, scope, key),
+        ALTER COLUMN digest TYPE pg_catalog.uuid USING idempotency.key_digest(tenant, scope, key),
         ALTER COLUMN digest SET NOT NULL,
         DROP CONSTRAINT keys_pkey,
         ADD CONSTRAINT keys_pkey PRIMARY KEY (digest);
