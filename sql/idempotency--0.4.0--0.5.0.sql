@@ -9,11 +9,13 @@
 
 -- The primary key was (tenant, scope, key): every request descended it
 -- comparing text, and every new key wrote its scope and key into it again.
--- From 0.5.0 on it is one fixed-width column, a 128-bit keyed hash of the
--- three (SipHash-2-4 under the secret below; src/key_digest.hpp gives the
--- construction), with the key's columns kept in the row and compared after
--- each fetch: two keys with one digest are an error (IK008), never taken
--- for one another.
+-- From 0.5.0 on it is fixed-width: (tenant, digest), the digest a 128-bit
+-- keyed hash of the scope and key (SipHash-2-4 under the secret below;
+-- src/key_digest.hpp gives the construction), with the key's columns kept in
+-- the row and compared after each fetch: two keys with one digest are an
+-- error (IK008), never taken for one another.  The tenant stays out of the
+-- digest: a dump writes it as the role's name, and a restore into another
+-- cluster reads it back as the role's OID there.
 --
 -- The secret: 16 random bytes, one row, made by the first write that needs
 -- it (the library's), or below when there are keys to rewrite.  Registered
@@ -36,12 +38,12 @@ SELECT pg_catalog.pg_extension_config_dump('idempotency.digest_secret', '');
 -- moves keys into idempotency.keys: this update, and the move from the SQL
 -- edition (doc/operations.md, "Moving keys in").  It makes the secret when
 -- there is none, so it needs a writable transaction then.
-CREATE FUNCTION idempotency.key_digest(tenant pg_catalog.regrole, scope pg_catalog.text, key pg_catalog.text)
+CREATE FUNCTION idempotency.key_digest(scope pg_catalog.text, key pg_catalog.text)
     RETURNS pg_catalog.uuid
     AS 'MODULE_PATHNAME', 'idempotency_key_digest' LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
-COMMENT ON FUNCTION idempotency.key_digest(pg_catalog.regrole, pg_catalog.text, pg_catalog.text) IS
-    'the digest idempotency.keys stores the key (tenant, scope, key) under in this database; makes the database''s secret if it has none';
-REVOKE ALL ON FUNCTION idempotency.key_digest(pg_catalog.regrole, pg_catalog.text, pg_catalog.text) FROM PUBLIC;
+COMMENT ON FUNCTION idempotency.key_digest(pg_catalog.text, pg_catalog.text) IS
+    'the digest idempotency.keys stores a scope''s key under in this database (beside its tenant); makes the database''s secret if it has none';
+REVOKE ALL ON FUNCTION idempotency.key_digest(pg_catalog.text, pg_catalog.text) FROM PUBLIC;
 
 -- The new column, at the end (as each version's are), then one rewrite of
 -- the table that fills it, and the new primary key built once, sorted.  (An
@@ -72,12 +74,12 @@ BEGIN
     END IF;
     ALTER TABLE idempotency.keys ADD COLUMN digest pg_catalog.uuid;
     COMMENT ON COLUMN idempotency.keys.digest IS
-        'the primary key: a 128-bit keyed digest of (tenant, scope, key) under idempotency.digest_secret';
+        'with tenant, the primary key: a 128-bit keyed digest of (scope, key) under idempotency.digest_secret';
     ALTER TABLE idempotency.keys
-        ALTER COLUMN digest TYPE pg_catalog.uuid USING idempotency.key_digest(tenant, scope, key),
+        ALTER COLUMN digest TYPE pg_catalog.uuid USING idempotency.key_digest(scope, key),
         ALTER COLUMN digest SET NOT NULL,
         DROP CONSTRAINT keys_pkey,
-        ADD CONSTRAINT keys_pkey PRIMARY KEY (digest);
+        ADD CONSTRAINT keys_pkey PRIMARY KEY (tenant, digest);
 END
 $$;
 
@@ -177,7 +179,7 @@ BEGIN
         scope_type := 'pg_catalog.text'::pg_catalog.regtype;
         IF by_digest AND NOT keys_distributed THEN
             alter_keys := 'ALTER TABLE idempotency.keys DROP CONSTRAINT keys_pkey, '
-                          'ADD CONSTRAINT keys_pkey PRIMARY KEY (digest, scope)';
+                          'ADD CONSTRAINT keys_pkey PRIMARY KEY (tenant, digest, scope)';
             EXECUTE alter_keys;
             alter_tables := alter_tables OPERATOR(pg_catalog.||) alter_keys;
         END IF;
@@ -194,7 +196,7 @@ BEGIN
                 'DROP CONSTRAINT keys_pkey, '
                 'ADD CONSTRAINT keys_pkey PRIMARY KEY (%2$s)',
                 column_type::pg_catalog.regtype,
-                CASE WHEN by_digest THEN 'digest, shard_key' ELSE 'tenant, scope, key, shard_key' END);
+                CASE WHEN by_digest THEN 'tenant, digest, shard_key' ELSE 'tenant, scope, key, shard_key' END);
             BEGIN
                 EXECUTE alter_keys;
             EXCEPTION WHEN data_exception THEN
@@ -216,8 +218,8 @@ BEGIN
                  WHERE k.scope OPERATOR(pg_catalog.<>) k.shard_key::pg_catalog.text;
                 IF by_digest THEN
                     UPDATE idempotency.keys AS k
-                       SET digest = idempotency.key_digest(k.tenant, k.scope, k.key)
-                     WHERE k.digest OPERATOR(pg_catalog.<>) idempotency.key_digest(k.tenant, k.scope, k.key);
+                       SET digest = idempotency.key_digest(k.scope, k.key)
+                     WHERE k.digest OPERATOR(pg_catalog.<>) idempotency.key_digest(k.scope, k.key);
                 END IF;
             EXCEPTION WHEN unique_violation THEN
                 RAISE EXCEPTION 'two stored keys have the same key and scopes that spell one value of type %, the type of the distribution column % of table %',
@@ -287,7 +289,7 @@ BEGIN
     -- written yet.
     IF by_digest AND NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p
                                   WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idempotency.digest_secret'::pg_catalog.regclass) THEN
-        PERFORM idempotency.key_digest(0, '', '');
+        PERFORM idempotency.key_digest('', '');
         PERFORM pg_catalog.create_reference_table('idempotency.digest_secret');
         PERFORM pg_catalog.truncate_local_data_after_distributing_table('idempotency.digest_secret');
     END IF;

@@ -1,5 +1,6 @@
--- The keys' primary key is a 128-bit digest of (tenant, scope, key) under a
--- secret of the database (src/key_digest.hpp): the secret, the function that
+-- The keys' primary key is (tenant, digest), the digest a 128-bit keyed hash
+-- of (scope, key) under a secret of the database (src/key_digest.hpp): the
+-- secret, the function that
 -- computes a digest, and a collision -- forced with
 -- idempotency.inject_fault = weak_digest, a test hook that leaves a scope 16
 -- digests -- which is an error (IK008), never an answer about the other key.
@@ -45,15 +46,25 @@ SELECT pg_temp.try($$ INSERT INTO idempotency.digest_secret VALUES ('0123456789a
 
 --
 -- idempotency.key_digest is the digest the library stores a key under;
--- a scope's keys share the first four bytes; tenants are kept apart.
+-- a scope's keys share the first four bytes; two tenants' keys of one scope
+-- and key are two records.
 --
 SELECT pg_temp.serve('shop', 'k' || g, '{}') FROM generate_series(2, 4) AS g;
-SELECT bool_and(digest = idempotency.key_digest(tenant, scope, key)) AS same_digest,
+SELECT bool_and(digest = idempotency.key_digest(scope, key)) AS same_digest,
        count(DISTINCT substr(uuid_send(digest), 1, 4)) AS scope_prefixes
   FROM idempotency.keys WHERE scope = 'shop';
-SELECT idempotency.key_digest(0, 'shop', 'k1') <> idempotency.key_digest('pg_monitor', 'shop', 'k1') AS tenants_apart,
-       idempotency.key_digest(0, 'shop', 'k1') <> idempotency.key_digest(0, 'shopk', '1') AS boundary_kept;
-SELECT has_function_privilege('public', 'idempotency.key_digest(regrole, text, text)', 'EXECUTE') AS public_may_call;
+SELECT idempotency.key_digest('shop', 'k1') <> idempotency.key_digest('shopk', '1') AS boundary_kept;
+SELECT has_function_privilege('public', 'idempotency.key_digest(text, text)', 'EXECUTE') AS public_may_call;
+CREATE ROLE regress_digest_tenant;
+GRANT EXECUTE ON FUNCTION idempotency_begin, idempotency_complete TO regress_digest_tenant;
+SET idempotency.tenant_isolation = role;
+SET ROLE regress_digest_tenant;
+SELECT pg_temp.serve('shop', 'k1', '{"n": "tenant"}');
+SELECT outcome, response_body FROM idempotency_begin('shop', 'k1', request_hash('r'::text));
+RESET ROLE;
+RESET idempotency.tenant_isolation;
+SELECT tenant::text = '-' AS no_tenant, response_body FROM idempotency.keys
+ WHERE scope = 'shop' AND key = 'k1' ORDER BY tenant::text = '-';
 
 --
 -- A forced collision.  Under weak digests, 17 keys of a scope include two
@@ -73,7 +84,7 @@ SELECT bool_and(NOT EXISTS (SELECT FROM idempotency.keys AS k WHERE k.scope = 'w
 -- The earliest colliding key, and the stored key whose digest it has.
 SELECT min(g) AS loser FROM served WHERE outcome = 'IK008' \gset
 SELECT key AS winner FROM idempotency.keys
- WHERE scope = 'weak' AND digest = idempotency.key_digest(0, 'weak', 'w' || :loser) \gset
+ WHERE scope = 'weak' AND digest = idempotency.key_digest('weak', 'w' || :loser) \gset
 -- (The key's name in the message depends on the secret: shown as w?.)
 SELECT regexp_replace(pg_temp.try(format(statement, 'w' || :loser)), '"w[0-9]+"', '"w?"') AS answer
   FROM (VALUES ($$ SELECT idempotency_begin('weak', %L, request_hash('r'::text)) $$),
@@ -107,3 +118,5 @@ DROP TABLE saved_secret;
 SELECT outcome FROM idempotency_begin('shop', 'k1', request_hash('r'::text));
 
 DROP EXTENSION idempotency;
+DROP OWNED BY regress_digest_tenant;
+DROP ROLE regress_digest_tenant;

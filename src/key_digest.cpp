@@ -41,25 +41,23 @@ constexpr size_t last_digest_max = 256;
 struct LastDigest
 {
     bool valid;
-    Oid tenant;
     uint32 scope_size;
     uint32 key_size;
     uint8 bytes[last_digest_max]; // the scope, then the key
     pg_uuid_t digest;
 };
-static LastDigest last_digest = {false, InvalidOid, 0, 0, {}, {}};
+static LastDigest last_digest = {false, 0, 0, {}, {}};
 
 // The first four bytes of the scope digested last, kept as last_digest is
 // (requests of one scope follow each other).
 struct LastScope
 {
     bool valid;
-    Oid tenant;
     uint32 size;
     uint8 bytes[last_digest_max];
     uint8 prefix[4];
 };
-static LastScope last_scope = {false, InvalidOid, 0, {}, {}};
+static LastScope last_scope = {false, 0, {}, {}};
 
 void forget_secret(Oid relid)
 {
@@ -242,14 +240,14 @@ struct Input
 };
 
 // The first four bytes: a scope's range.
-static void scope_prefix(const uint8 (&secret)[secret_size], Oid tenant, const text *scope,
+static void scope_prefix(const uint8 (&secret)[secret_size], const text *scope,
                          uint8 *out)
 {
     uint32 size = VARSIZE_ANY_EXHDR(scope);
     bool cacheable = OidIsValid(secret_cache.relation) && caches_on() &&
                      memcmp(secret, secret_cache.bytes, secret_size) == 0 &&
                      size <= last_digest_max;
-    if (cacheable && last_scope.valid && last_scope.tenant == tenant && last_scope.size == size &&
+    if (cacheable && last_scope.valid && last_scope.size == size &&
         memcmp(last_scope.bytes, VARDATA_ANY(scope), size) == 0)
     {
         memcpy(out, last_scope.prefix, 4);
@@ -259,7 +257,6 @@ static void scope_prefix(const uint8 (&secret)[secret_size], Oid tenant, const t
     Input input = {stack, 0, sizeof stack};
     uint8 tag = 0x01;
     input.append(&tag, 1);
-    input.append_u32(tenant);
     input.append(VARDATA_ANY(scope), VARSIZE_ANY_EXHDR(scope));
     uint64 hash = siphash::hash64(secret, input.data, input.size);
     for (int i = 0; i < 4; i++)
@@ -267,7 +264,6 @@ static void scope_prefix(const uint8 (&secret)[secret_size], Oid tenant, const t
     last_scope.valid = false;
     if (!cacheable)
         return;
-    last_scope.tenant = tenant;
     last_scope.size = size;
     memcpy(last_scope.bytes, VARDATA_ANY(scope), size);
     memcpy(last_scope.prefix, out, 4);
@@ -275,24 +271,23 @@ static void scope_prefix(const uint8 (&secret)[secret_size], Oid tenant, const t
 }
 
 // Whether `last_digest` is the digest of this key.
-static bool last_digest_of(Oid tenant, const text *scope, const text *key)
+static bool last_digest_of(const text *scope, const text *key)
 {
     uint32 scope_size = VARSIZE_ANY_EXHDR(scope), key_size = VARSIZE_ANY_EXHDR(key);
     return last_digest.valid && OidIsValid(secret_cache.relation) && caches_on() &&
-           injected_fault != fault_weak_digest && last_digest.tenant == tenant &&
+           injected_fault != fault_weak_digest &&
            last_digest.scope_size == scope_size && last_digest.key_size == key_size &&
            memcmp(last_digest.bytes, VARDATA_ANY(scope), scope_size) == 0 &&
            memcmp(last_digest.bytes + scope_size, VARDATA_ANY(key), key_size) == 0;
 }
 
-static void remember_digest(Oid tenant, const text *scope, const text *key, const pg_uuid_t &digest)
+static void remember_digest(const text *scope, const text *key, const pg_uuid_t &digest)
 {
     uint32 scope_size = VARSIZE_ANY_EXHDR(scope), key_size = VARSIZE_ANY_EXHDR(key);
     last_digest.valid = false;
     if (!OidIsValid(secret_cache.relation) || !caches_on() || injected_fault == fault_weak_digest ||
         size_t(scope_size) + key_size > last_digest_max)
         return;
-    last_digest.tenant = tenant;
     last_digest.scope_size = scope_size;
     last_digest.key_size = key_size;
     memcpy(last_digest.bytes, VARDATA_ANY(scope), scope_size);
@@ -301,11 +296,12 @@ static void remember_digest(Oid tenant, const text *scope, const text *key, cons
     last_digest.valid = true;
 }
 
-bool key_digest(const Key &key, DigestUse use, pg_uuid_t *digest, const Storage *keys)
+bool key_digest(Datum scope_datum, Datum key_datum, DigestUse use, pg_uuid_t *digest,
+                const Storage *keys)
 {
-    const text *scope = DatumGetTextPP(key.scope);
-    const text *key_text = DatumGetTextPP(key.key);
-    if (last_digest_of(key.tenant, scope, key_text))
+    const text *scope = DatumGetTextPP(scope_datum);
+    const text *key_text = DatumGetTextPP(key_datum);
+    if (last_digest_of(scope, key_text))
     {
         *digest = last_digest.digest;
         return true;
@@ -313,13 +309,12 @@ bool key_digest(const Key &key, DigestUse use, pg_uuid_t *digest, const Storage 
     uint8 secret[secret_size];
     if (!database_secret(use, secret, keys))
         return false;
-    scope_prefix(secret, key.tenant, scope, digest->data);
+    scope_prefix(secret, scope, digest->data);
 
     uint8 stack[512];
     Input input = {stack, 0, sizeof stack};
     uint8 tag = 0x02;
     input.append(&tag, 1);
-    input.append_u32(key.tenant);
     input.append_u32(uint32(VARSIZE_ANY_EXHDR(scope)));
     input.append(VARDATA_ANY(scope), VARSIZE_ANY_EXHDR(scope));
     input.append(VARDATA_ANY(key_text), VARSIZE_ANY_EXHDR(key_text));
@@ -334,16 +329,16 @@ bool key_digest(const Key &key, DigestUse use, pg_uuid_t *digest, const Storage 
         digest->data[4] &= 0xF0;
         memset(digest->data + 5, 0, 11);
     }
-    remember_digest(key.tenant, scope, key_text, *digest);
+    remember_digest(scope, key_text, *digest);
     return true;
 }
 
-bool scope_digest_range(Oid tenant, Datum scope, pg_uuid_t *low, pg_uuid_t *high)
+bool scope_digest_range(Datum scope, pg_uuid_t *low, pg_uuid_t *high)
 {
     uint8 secret[secret_size];
     if (!database_secret(DigestUse::read, secret, nullptr))
         return false;
-    scope_prefix(secret, tenant, DatumGetTextPP(scope), low->data);
+    scope_prefix(secret, DatumGetTextPP(scope), low->data);
     memcpy(high->data, low->data, 4);
     memset(low->data + 4, 0x00, 12);
     memset(high->data + 4, 0xFF, 12);

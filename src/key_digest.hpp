@@ -1,16 +1,19 @@
-// The key digest: what the primary key of idempotency.keys holds from 0.5.0
-// on, a 128-bit keyed hash of (tenant, scope, key) under a secret of the
-// database.  The record keeps its tenant, scope and key beside it, and every
-// read compares them after the fetch (store.cpp): two keys whose digests are
-// equal are never taken for one another; the second fails with IK008
-// (errcode_key_digest_collision) instead.
+// The key digest: from 0.5.0 on the primary key of idempotency.keys is
+// (tenant, digest), the digest a 128-bit keyed hash of (scope, key) under a
+// secret of the database.  The record keeps its scope and key beside it, and
+// every read compares them after the fetch (store.cpp): two keys whose
+// digests are equal are never taken for one another; the second fails with
+// IK008 (errcode_key_digest_collision) instead.  The tenant stays a column of
+// its own, out of the digest: pg_dump writes a regrole as the role's name,
+// and a restore into another cluster reads it back as that role's new OID,
+// which a digest made with the old one would no longer match.
 //
 // The construction, in memcmp (uuid) order of the 16 bytes:
-//   bytes 0-3   the top 32 bits of SipHash-2-4-64(secret, 0x01 | tenant | scope)
-//   bytes 4-15  96 bits of SipHash-2-4-128(secret, 0x02 | tenant | length of
-//               scope | scope | key)
-// (tenant as 4 little-endian bytes, the length as 4; the leading byte keeps
-// the two inputs apart.)  The first four bytes gather a scope's keys in one
+//   bytes 0-3   the top 32 bits of SipHash-2-4-64(secret, 0x01 | scope)
+//   bytes 4-15  96 bits of SipHash-2-4-128(secret, 0x02 | length of scope |
+//               scope | key)
+// (the length as 4 little-endian bytes; the leading byte keeps the two
+// inputs apart.)  The first four bytes gather a scope's keys in one
 // range of the primary key, so that idempotency_keys() pages through a scope
 // as deep as it goes at the cost of one page (store::begin_key_scan); within
 // a scope, two keys share a digest with a chance of 2^-96 per pair, and
@@ -47,7 +50,6 @@ extern "C"
 namespace idempotency::store
 {
 
-struct Key;
 struct Storage;
 
 enum class DigestUse
@@ -56,21 +58,22 @@ enum class DigestUse
     write // no secret yet: make one (a write; needs a writable transaction)
 };
 
-// The digest of `key` (the stored key: store::stored_key) for this
-// database.  False only for DigestUse::read when the database has no
-// secret yet.  A write that has to make the secret refuses to when `keys`
+// The digest of a key's scope and key (text, as stored: store::stored_key)
+// for this database.  False only for DigestUse::read when the database has
+// no secret yet.  A write that has to make the secret refuses to when `keys`
 // (the relation it writes to, when given) holds keys already: they were
 // stored under a secret that is gone.
-bool key_digest(const Key &key, DigestUse use, pg_uuid_t *digest, const Storage *keys = nullptr);
+bool key_digest(Datum scope, Datum key, DigestUse use, pg_uuid_t *digest,
+                const Storage *keys = nullptr);
 
 // Forgets the cached secret (and digests) when `relid`, the relation it was
 // read from, is invalidated, or all are (InvalidOid): store.cpp's relcache
 // callback calls it.
 void forget_secret(Oid relid);
 
-// The digest bounds of a scope's keys: every key of (tenant, scope) has a
-// digest in [*low, *high] (other scopes' keys may share the range).  False
-// when the database has no secret yet.
-bool scope_digest_range(Oid tenant, Datum scope, pg_uuid_t *low, pg_uuid_t *high);
+// The digest bounds of a scope's keys: every key of the scope has a digest
+// in [*low, *high] (other scopes' keys may share the range).  False when the
+// database has no secret yet.
+bool scope_digest_range(Datum scope, pg_uuid_t *low, pg_uuid_t *high);
 
 } // namespace idempotency::store

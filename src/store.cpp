@@ -122,7 +122,7 @@ static Relation open_primary_key(Relation heap, LOCKMODE lockmode)
             report_changed_storage(
                 "has no primary key",
                 get_attnum(RelationGetRelid(heap), "digest") != InvalidAttrNumber
-                    ? "Add it back: ALTER TABLE idempotency.keys ADD PRIMARY KEY (digest)."
+                    ? "Add it back: ALTER TABLE idempotency.keys ADD PRIMARY KEY (tenant, digest)."
                 : get_attnum(RelationGetRelid(heap), "tenant") != InvalidAttrNumber
                     ? "Add it back: ALTER TABLE idempotency.keys ADD PRIMARY KEY (tenant, scope, "
                       "key)."
@@ -202,12 +202,12 @@ static void map_columns(Storage *storage)
 }
 
 // The layout of the table: that of this version, of 0.4.0, 0.2.0 or 0.1.0
-// (see columns_0_4_0, _0_2_0 and _0_1_0).  The primary key is on digest
-// from 0.5.0 on -- with Citus (digest, scope) or (digest, shard_key), as
-// Citus takes the distribution column in every unique constraint; both are
-// functions of the key, so the digest alone still identifies a record.
-// Before, it is on (tenant, scope, key) or (scope, key) -- or (tenant,
-// scope, key, shard_key) with Citus.
+// (see columns_0_4_0, _0_2_0 and _0_1_0).  The primary key is on (tenant,
+// digest) from 0.5.0 on -- with Citus (tenant, digest, scope) or (tenant,
+// digest, shard_key), as Citus takes the distribution column in every
+// unique constraint; both are functions of the key, so the first two
+// columns still identify a record.  Before, it is on (tenant, scope, key)
+// or (scope, key) -- or (tenant, scope, key, shard_key) with Citus.
 static void check_layout(Storage *storage)
 {
     map_columns(storage);
@@ -216,12 +216,12 @@ static void check_layout(Storage *storage)
     if (storage->has(col_digest))
     {
         bool with_distribution_column =
-            key_columns == 2 && (indexed[1] == storage->attnum(col_scope) ||
-                                 indexed[1] == storage->attnum(col_shard_key));
-        if ((key_columns != 1 && !with_distribution_column) ||
-            indexed[0] != storage->attnum(col_digest))
-            report_changed_storage("has a primary key on other columns than digest",
-                                   "Recreate the primary key on (digest).");
+            key_columns == 3 && (indexed[2] == storage->attnum(col_scope) ||
+                                 indexed[2] == storage->attnum(col_shard_key));
+        if ((key_columns != 2 && !with_distribution_column) ||
+            indexed[0] != storage->attnum(col_tenant) || indexed[1] != storage->attnum(col_digest))
+            report_changed_storage("has a primary key on other columns than (tenant, digest)",
+                                   "Recreate the primary key on (tenant, digest).");
         return;
     }
     bool with_shard_key = key_columns == 4 && storage->has(col_shard_key) &&
@@ -721,19 +721,20 @@ static void read_replacement(const Storage &storage, const Key &key, ItemPointer
         record = successor;
 }
 
-// The scan keys that find `key` in the primary key: its digest, or before
-// 0.5.0 its columns (tenant, scope, key), or (scope, key) before 0.2.0;
-// ScanKeyInit compares text with the "C" collation, which the columns use.
-// 0 when the database has no secret yet: no key has a digest then.
+// The scan keys that find `key` in the primary key: its tenant and digest,
+// or before 0.5.0 its columns (tenant, scope, key), or (scope, key) before
+// 0.2.0; ScanKeyInit compares text with the "C" collation, which the columns
+// use.  0 when the database has no secret yet: no key has a digest then.
 static int key_scan_keys(const Storage &storage, const Key &key, ScanKeyData (&keys)[3],
                          pg_uuid_t *digest)
 {
     if (storage.has(col_digest))
     {
-        if (!key_digest(key, DigestUse::read, digest))
+        if (!key_digest(key.scope, key.key, DigestUse::read, digest))
             return 0;
-        ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_UUID_EQ, UUIDPGetDatum(digest));
-        return 1;
+        ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(key.tenant));
+        ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_UUID_EQ, UUIDPGetDatum(digest));
+        return 2;
     }
     int count = 0;
     if (storage.has(col_tenant))
@@ -948,7 +949,7 @@ static void set_digest(const Storage &storage, const Key &key, Record &record)
     if (!storage.has(col_digest))
         return;
     pg_uuid_t *digest = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
-    (void)key_digest(key, DigestUse::write, digest, &storage);
+    (void)key_digest(key.scope, key.key, DigestUse::write, digest, &storage);
     record.set(col_digest, UUIDPGetDatum(digest));
 }
 
@@ -1030,19 +1031,20 @@ static int digest_range_keys(Oid tenant, Datum scope, Datum after_key, ScanKeyDa
 {
     pg_uuid_t *low = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
     pg_uuid_t *high = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
-    if (!scope_digest_range(tenant, scope, low, high))
+    if (!scope_digest_range(scope, low, high))
         return 0;
     StrategyNumber from = BTGreaterEqualStrategyNumber;
     RegProcedure compare = F_UUID_GE;
     if (after_key != (Datum)0)
     {
-        (void)key_digest(Key{tenant, scope, after_key}, DigestUse::read, low);
+        (void)key_digest(scope, after_key, DigestUse::read, low);
         from = BTGreaterStrategyNumber;
         compare = F_UUID_GT;
     }
-    ScanKeyInit(&keys[0], 1, from, compare, UUIDPGetDatum(low));
-    ScanKeyInit(&keys[1], 1, BTLessEqualStrategyNumber, F_UUID_LE, UUIDPGetDatum(high));
-    return 2;
+    ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(tenant));
+    ScanKeyInit(&keys[1], 2, from, compare, UUIDPGetDatum(low));
+    ScanKeyInit(&keys[2], 2, BTLessEqualStrategyNumber, F_UUID_LE, UUIDPGetDatum(high));
+    return 3;
 }
 
 KeyScan begin_key_scan(const Storage &storage, Oid tenant, Datum scope, Datum after_key,
@@ -1094,9 +1096,7 @@ bool next_key(KeyScan &scan, Record *record)
         record->writer = committed_or_self(scan.slot);
         // A digest range holds the scope's keys, and those of any scope
         // whose first four bytes are the same.
-        if (!storage.has(col_digest) ||
-            (DatumGetObjectId(record->values[col_tenant]) == scan.tenant &&
-             same_text(record->values[col_scope], scan.scope)))
+        if (!storage.has(col_digest) || same_text(record->values[col_scope], scan.scope))
             return true;
     }
 }
@@ -1113,18 +1113,14 @@ void end_key_scan(KeyScan &scan)
 // Expiry
 // ---------------------------------------------------------------------------
 
-// Only the fields an Expired test reads, and the tenant, straight from the
-// buffer: the sweep looks at many rows and deletes most of them, so it
-// copies none.
+// Only the fields an Expired test reads, straight from the buffer: the
+// sweep looks at many rows and deletes most of them, so it copies none.
 static void decode_expiry_fields(const Storage &storage, TupleTableSlot *slot, Record &record)
 {
     constexpr Column fields[] = {col_expires_at, col_status, col_lease_expires_at};
     for (Column column : fields)
         record.values[column] =
             slot_getattr(slot, storage.attnum(column), &record.nulls[column]);
-    if (storage.has(col_tenant))
-        record.values[col_tenant] =
-            slot_getattr(slot, storage.attnum(col_tenant), &record.nulls[col_tenant]);
     record.tid = slot->tts_tid;
 }
 
@@ -1138,29 +1134,9 @@ struct Sweep
     int64 max_rows;        // < 0: no limit
     int64 deleted;
     Expired expired;
-    Oid tenant_checked; // the last tenant orphaned() looked up, and
-    bool tenant_exists; //   whether its role exists
-
     bool has_room() const { return max_rows < 0 || deleted < max_rows; }
 };
 
-// From 0.5.0 on, whether the record belongs to a role that no longer
-// exists (see delete_orphaned): the primary key no longer starts with the
-// tenant, so the heap sweep finds them, as it finds expired keys.
-static bool orphaned(Sweep &sweep, const Record &record)
-{
-    if (!sweep.storage.has(col_digest))
-        return false;
-    Oid tenant = DatumGetObjectId(record.values[col_tenant]);
-    if (!OidIsValid(tenant))
-        return false;
-    if (tenant != sweep.tenant_checked)
-    {
-        sweep.tenant_checked = tenant;
-        sweep.tenant_exists = SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(tenant));
-    }
-    return !sweep.tenant_exists;
-}
 
 // Deletes the version in sweep.slot if nobody is changing its key or the
 // version.  The key lock keeps the functions' writers away.  A tuple lock,
@@ -1235,7 +1211,7 @@ static BlockNumber delete_expired(Sweep &sweep, TimestampTz now, BlockNumber fir
         }
         Record record;
         decode_expiry_fields(sweep.storage, sweep.slot, record);
-        if (sweep.expired(record, now) || orphaned(sweep, record))
+        if (sweep.expired(record, now))
             delete_if_idle(sweep);
         CHECK_FOR_INTERRUPTS();
     }
@@ -1289,12 +1265,11 @@ static Oid next_tenant(Sweep &sweep, Oid after)
 // The keys of roles that no longer exist.  Nobody can reach them -- a role
 // made later under the same name has another OID -- and deleting them within
 // a sweep of the DROP ROLE keeps them out of dumps and away from a role that
-// gets the same OID once the OID counter wraps around.  Before 0.5.0, one
-// index descent per tenant finds the tenants; from 0.5.0 on, the heap sweep
-// does (orphaned), within a pass of the table.
+// gets the same OID once the OID counter wraps around.  One index descent
+// per tenant finds the tenants (the primary key starts with the tenant).
 static void delete_orphaned(Sweep &sweep)
 {
-    if (!sweep.storage.has(col_tenant) || sweep.storage.has(col_digest))
+    if (!sweep.storage.has(col_tenant))
         return;
     for (Oid tenant = next_tenant(sweep, InvalidOid); sweep.has_room() && OidIsValid(tenant);
          tenant = next_tenant(sweep, tenant))
@@ -1323,9 +1298,7 @@ int64 expire(Storage &storage, TimestampTz now, int64 max_rows, Pace pace, Expir
                    table_slot_create(storage.heap, nullptr),
                    max_rows,
                    0,
-                   expired,
-                   InvalidOid,
-                   true};
+                   expired};
     // A snapshot that sees what this transaction did so far, as the next
     // statement would: a version it replaced earlier in this statement (a
     // takeover) is then gone, and its replacement is not expired.
