@@ -9,7 +9,7 @@
 
 -- The primary key was (tenant, scope, key): every request descended it
 -- comparing text, and every new key wrote its scope and key into it again.
--- From 0.5.0 on it is fixed-width: (tenant, digest), the digest a 128-bit
+-- From 0.5.0 on it is fixed-width: (digest, tenant), the digest a 128-bit
 -- keyed hash of the scope and key (SipHash-2-4 under the secret below;
 -- src/key_digest.hpp gives the construction), with the key's columns kept in
 -- the row and compared after each fetch: two keys with one digest are an
@@ -79,7 +79,7 @@ BEGIN
         ALTER COLUMN digest TYPE pg_catalog.uuid USING idempotency.key_digest(scope, key),
         ALTER COLUMN digest SET NOT NULL,
         DROP CONSTRAINT keys_pkey,
-        ADD CONSTRAINT keys_pkey PRIMARY KEY (tenant, digest);
+        ADD CONSTRAINT keys_pkey PRIMARY KEY (digest, tenant);
 END
 $$;
 
@@ -179,7 +179,7 @@ BEGIN
         scope_type := 'pg_catalog.text'::pg_catalog.regtype;
         IF by_digest AND NOT keys_distributed THEN
             alter_keys := 'ALTER TABLE idempotency.keys DROP CONSTRAINT keys_pkey, '
-                          'ADD CONSTRAINT keys_pkey PRIMARY KEY (tenant, digest, scope)';
+                          'ADD CONSTRAINT keys_pkey PRIMARY KEY (digest, tenant, scope)';
             EXECUTE alter_keys;
             alter_tables := alter_tables OPERATOR(pg_catalog.||) alter_keys;
         END IF;
@@ -196,7 +196,7 @@ BEGIN
                 'DROP CONSTRAINT keys_pkey, '
                 'ADD CONSTRAINT keys_pkey PRIMARY KEY (%2$s)',
                 column_type::pg_catalog.regtype,
-                CASE WHEN by_digest THEN 'tenant, digest, shard_key' ELSE 'tenant, scope, key, shard_key' END);
+                CASE WHEN by_digest THEN 'digest, tenant, shard_key' ELSE 'tenant, scope, key, shard_key' END);
             BEGIN
                 EXECUTE alter_keys;
             EXCEPTION WHEN data_exception THEN

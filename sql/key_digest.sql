@@ -1,4 +1,4 @@
--- The keys' primary key is (tenant, digest), the digest a 128-bit keyed hash
+-- The keys' primary key is (digest, tenant), the digest a 128-bit keyed hash
 -- of (scope, key) under a secret of the database (src/key_digest.hpp): the
 -- secret, the function that
 -- computes a digest, and a collision -- forced with

@@ -1,6 +1,7 @@
 // The key digest: from 0.5.0 on the primary key of idempotency.keys is
-// (tenant, digest), the digest a 128-bit keyed hash of (scope, key) under a
-// secret of the database.  The record keeps its scope and key beside it, and
+// (digest, tenant), the digest a 128-bit keyed hash of (scope, key) under a
+// secret of the database.  The digest comes first: a descent compares it
+// alone, but at the key's own entry.  The record keeps its scope and key beside it, and
 // every read compares them after the fetch (store.cpp): two keys whose
 // digests are equal are never taken for one another; the second fails with
 // IK008 (errcode_key_digest_collision) instead.  The tenant stays a column of

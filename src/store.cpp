@@ -122,7 +122,7 @@ static Relation open_primary_key(Relation heap, LOCKMODE lockmode)
             report_changed_storage(
                 "has no primary key",
                 get_attnum(RelationGetRelid(heap), "digest") != InvalidAttrNumber
-                    ? "Add it back: ALTER TABLE idempotency.keys ADD PRIMARY KEY (tenant, digest)."
+                    ? "Add it back: ALTER TABLE idempotency.keys ADD PRIMARY KEY (digest, tenant)."
                 : get_attnum(RelationGetRelid(heap), "tenant") != InvalidAttrNumber
                     ? "Add it back: ALTER TABLE idempotency.keys ADD PRIMARY KEY (tenant, scope, "
                       "key)."
@@ -202,11 +202,12 @@ static void map_columns(Storage *storage)
 }
 
 // The layout of the table: that of this version, of 0.4.0, 0.2.0 or 0.1.0
-// (see columns_0_4_0, _0_2_0 and _0_1_0).  The primary key is on (tenant,
-// digest) from 0.5.0 on -- with Citus (tenant, digest, scope) or (tenant,
-// digest, shard_key), as Citus takes the distribution column in every
+// (see columns_0_4_0, _0_2_0 and _0_1_0).  The primary key is on (digest,
+// tenant) from 0.5.0 on -- with Citus (digest, tenant, scope) or (digest,
+// tenant, shard_key), as Citus takes the distribution column in every
 // unique constraint; both are functions of the key, so the first two
-// columns still identify a record.  Before, it is on (tenant, scope, key)
+// columns still identify a record.  The digest comes first: a descent
+// compares it alone, until the one entry whose digest is the key's.  Before, it is on (tenant, scope, key)
 // or (scope, key) -- or (tenant, scope, key, shard_key) with Citus.
 static void check_layout(Storage *storage)
 {
@@ -219,9 +220,9 @@ static void check_layout(Storage *storage)
             key_columns == 3 && (indexed[2] == storage->attnum(col_scope) ||
                                  indexed[2] == storage->attnum(col_shard_key));
         if ((key_columns != 2 && !with_distribution_column) ||
-            indexed[0] != storage->attnum(col_tenant) || indexed[1] != storage->attnum(col_digest))
-            report_changed_storage("has a primary key on other columns than (tenant, digest)",
-                                   "Recreate the primary key on (tenant, digest).");
+            indexed[0] != storage->attnum(col_digest) || indexed[1] != storage->attnum(col_tenant))
+            report_changed_storage("has a primary key on other columns than (digest, tenant)",
+                                   "Recreate the primary key on (digest, tenant).");
         return;
     }
     bool with_shard_key = key_columns == 4 && storage->has(col_shard_key) &&
@@ -721,7 +722,7 @@ static void read_replacement(const Storage &storage, const Key &key, ItemPointer
         record = successor;
 }
 
-// The scan keys that find `key` in the primary key: its tenant and digest,
+// The scan keys that find `key` in the primary key: its digest and tenant,
 // or before 0.5.0 its columns (tenant, scope, key), or (scope, key) before
 // 0.2.0; ScanKeyInit compares text with the "C" collation, which the columns
 // use.  0 when the database has no secret yet: no key has a digest then.
@@ -732,8 +733,8 @@ static int key_scan_keys(const Storage &storage, const Key &key, ScanKeyData (&k
     {
         if (!key_digest(key.scope, key.key, DigestUse::read, digest))
             return 0;
-        ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(key.tenant));
-        ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_UUID_EQ, UUIDPGetDatum(digest));
+        ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_UUID_EQ, UUIDPGetDatum(digest));
+        ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(key.tenant));
         return 2;
     }
     int count = 0;
@@ -1041,9 +1042,9 @@ static int digest_range_keys(Oid tenant, Datum scope, Datum after_key, ScanKeyDa
         from = BTGreaterStrategyNumber;
         compare = F_UUID_GT;
     }
-    ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(tenant));
-    ScanKeyInit(&keys[1], 2, from, compare, UUIDPGetDatum(low));
-    ScanKeyInit(&keys[2], 2, BTLessEqualStrategyNumber, F_UUID_LE, UUIDPGetDatum(high));
+    ScanKeyInit(&keys[0], 1, from, compare, UUIDPGetDatum(low));
+    ScanKeyInit(&keys[1], 1, BTLessEqualStrategyNumber, F_UUID_LE, UUIDPGetDatum(high));
+    ScanKeyInit(&keys[2], 2, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(tenant));
     return 3;
 }
 
@@ -1113,14 +1114,18 @@ void end_key_scan(KeyScan &scan)
 // Expiry
 // ---------------------------------------------------------------------------
 
-// Only the fields an Expired test reads, straight from the buffer: the
-// sweep looks at many rows and deletes most of them, so it copies none.
+// Only the fields an Expired test reads, and the tenant, straight from the
+// buffer: the sweep looks at many rows and deletes most of them, so it
+// copies none.
 static void decode_expiry_fields(const Storage &storage, TupleTableSlot *slot, Record &record)
 {
     constexpr Column fields[] = {col_expires_at, col_status, col_lease_expires_at};
     for (Column column : fields)
         record.values[column] =
             slot_getattr(slot, storage.attnum(column), &record.nulls[column]);
+    if (storage.has(col_tenant))
+        record.values[col_tenant] =
+            slot_getattr(slot, storage.attnum(col_tenant), &record.nulls[col_tenant]);
     record.tid = slot->tts_tid;
 }
 
@@ -1134,9 +1139,30 @@ struct Sweep
     int64 max_rows;        // < 0: no limit
     int64 deleted;
     Expired expired;
+    Oid tenant_checked; // the last tenant orphaned() looked up, and
+    bool tenant_exists; //   whether its role exists
+
     bool has_room() const { return max_rows < 0 || deleted < max_rows; }
 };
 
+
+// From 0.5.0 on, whether the record belongs to a role that no longer
+// exists (see delete_orphaned): the primary key no longer starts with the
+// tenant, so the heap sweep finds them, as it finds expired keys.
+static bool orphaned(Sweep &sweep, const Record &record)
+{
+    if (!sweep.storage.has(col_digest))
+        return false;
+    Oid tenant = DatumGetObjectId(record.values[col_tenant]);
+    if (!OidIsValid(tenant))
+        return false;
+    if (tenant != sweep.tenant_checked)
+    {
+        sweep.tenant_checked = tenant;
+        sweep.tenant_exists = SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(tenant));
+    }
+    return !sweep.tenant_exists;
+}
 
 // Deletes the version in sweep.slot if nobody is changing its key or the
 // version.  The key lock keeps the functions' writers away.  A tuple lock,
@@ -1211,7 +1237,7 @@ static BlockNumber delete_expired(Sweep &sweep, TimestampTz now, BlockNumber fir
         }
         Record record;
         decode_expiry_fields(sweep.storage, sweep.slot, record);
-        if (sweep.expired(record, now))
+        if (sweep.expired(record, now) || orphaned(sweep, record))
             delete_if_idle(sweep);
         CHECK_FOR_INTERRUPTS();
     }
@@ -1265,11 +1291,13 @@ static Oid next_tenant(Sweep &sweep, Oid after)
 // The keys of roles that no longer exist.  Nobody can reach them -- a role
 // made later under the same name has another OID -- and deleting them within
 // a sweep of the DROP ROLE keeps them out of dumps and away from a role that
-// gets the same OID once the OID counter wraps around.  One index descent
-// per tenant finds the tenants (the primary key starts with the tenant).
+// gets the same OID once the OID counter wraps around.  Before 0.5.0, one
+// index descent per tenant finds the tenants; from 0.5.0 on, the primary key
+// starts with the digest, and the heap sweep finds them (orphaned), within a
+// pass of the table, as it finds expired keys.
 static void delete_orphaned(Sweep &sweep)
 {
-    if (!sweep.storage.has(col_tenant))
+    if (!sweep.storage.has(col_tenant) || sweep.storage.has(col_digest))
         return;
     for (Oid tenant = next_tenant(sweep, InvalidOid); sweep.has_room() && OidIsValid(tenant);
          tenant = next_tenant(sweep, tenant))
@@ -1298,7 +1326,9 @@ int64 expire(Storage &storage, TimestampTz now, int64 max_rows, Pace pace, Expir
                    table_slot_create(storage.heap, nullptr),
                    max_rows,
                    0,
-                   expired};
+                   expired,
+                   InvalidOid,
+                   true};
     // A snapshot that sees what this transaction did so far, as the next
     // statement would: a version it replaced earlier in this statement (a
     // takeover) is then gone, and its replacement is not expired.

@@ -4,7 +4,7 @@
 # completed, held by a committed claim, released with a recovery point, a
 # tenant's, and a few hundred more: after the update every key answers as
 # before it; each row's digest is idempotency.key_digest's, the one way to
-# compute one; the primary key is (tenant, digest) and passes amcheck; the
+# compute one; the primary key is (digest, tenant) and passes amcheck; the
 # database has one secret; a dump of the updated database restores with its
 # secret, and the keys answer there.
 use strict;
@@ -98,9 +98,9 @@ for my $from ('0.1.0', '0.2.0', '0.3.0', '0.4.0')
 			  FROM idempotency.keys}),
 		'304|304', "$from: every key is stored under idempotency.key_digest's digest");
 	is( query($db, q{
-			SELECT pg_get_indexdef('idempotency.keys_pkey'::regclass) LIKE '%(tenant, digest)',
+			SELECT pg_get_indexdef('idempotency.keys_pkey'::regclass) LIKE '%(digest, tenant)',
 			       (SELECT count(*) FROM idempotency.digest_secret)}),
-		't|1', "$from: the primary key is (tenant, digest), and the database has one secret");
+		't|1', "$from: the primary key is (digest, tenant), and the database has one secret");
 	query($db, 'CREATE EXTENSION amcheck');
 	is( query($db, q{SELECT bt_index_check('idempotency.keys_pkey', true)}), '',
 		"$from: the primary key passes amcheck, every row indexed");
