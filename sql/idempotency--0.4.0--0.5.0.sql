@@ -17,11 +17,13 @@
 -- digest: a dump writes it as the role's name, and a restore into another
 -- cluster reads it back as the role's OID there.
 --
--- The secret: 16 random bytes, one row, made by the first write that needs
--- it (the library's), or below when there are keys to rewrite.  Registered
--- with pg_extension_config_dump, so that pg_dump keeps it with the keys: a
--- restore brings both (the install script makes none, so the dumped row is
--- the only one).  It never changes; the keys' digests are only found with it.
+-- The secret: 16 random bytes, one row, made here, committed with the
+-- extension -- not by a request's write, whose transaction would hold the
+-- lock that makes it to its end, a prepared one for as long as it stays
+-- prepared.  Registered with pg_extension_config_dump, so that pg_dump keeps
+-- it with the keys; a restore runs this script first, which makes a new one,
+-- and then loads the dumped row, which replaces it (the trigger below).  It
+-- never changes otherwise; the keys' digests are only found with it.
 CREATE TABLE idempotency.digest_secret (
     secret pg_catalog.bytea NOT NULL
         CONSTRAINT digest_secret_16_bytes
@@ -33,6 +35,26 @@ COMMENT ON TABLE idempotency.digest_secret IS
     'the secret of the keys'' digests (one row, made by the first write, kept by pg_dump with the keys): never change or delete it';
 REVOKE ALL ON TABLE idempotency.digest_secret FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('idempotency.digest_secret', '');
+CREATE FUNCTION idempotency.replace_digest_secret() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+BEGIN
+    DELETE FROM idempotency.digest_secret;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION idempotency.replace_digest_secret() IS
+    'a secret inserted into idempotency.digest_secret replaces the one there: a restore loads the dumped secret over the one CREATE EXTENSION made';
+REVOKE ALL ON FUNCTION idempotency.replace_digest_secret() FROM PUBLIC;
+CREATE TRIGGER digest_secret_replaced BEFORE INSERT ON idempotency.digest_secret
+    FOR EACH ROW EXECUTE FUNCTION idempotency.replace_digest_secret();
+COMMENT ON TRIGGER digest_secret_replaced ON idempotency.digest_secret IS
+    'a restore''s secret replaces the one CREATE EXTENSION made';
+INSERT INTO idempotency.digest_secret
+SELECT pg_catalog.substr(pg_catalog.sha256(pg_catalog.uuid_send(pg_catalog.gen_random_uuid())
+                                           OPERATOR(pg_catalog.||)
+                                           pg_catalog.uuid_send(pg_catalog.gen_random_uuid())), 1, 16);
 
 -- The one way to compute a key's digest in this database, for whatever
 -- moves keys into idempotency.keys: this update, and the move from the SQL

@@ -22,9 +22,13 @@
 // digests collide (SipHash is a PRF; siphash.hpp).
 //
 // The secret: 16 random bytes, the one row of idempotency.digest_secret,
-// made by the first write that needs it (or by the update from 0.4.0 when
-// there are keys to rewrite), registered with pg_extension_config_dump so
-// that pg_dump keeps it with the keys.  It never changes: the digests stored
+// made by the install (the update to 0.5.0) and committed with it -- never
+// by a request, whose transaction would hold the lock that makes it to its
+// end (a prepared one indefinitely) -- registered with
+// pg_extension_config_dump so that pg_dump keeps it with the keys (a
+// restored row replaces the one the restore's CREATE EXTENSION made).  A
+// database without one (a DBA deleted it) gets one from the first write
+// only while it has no keys.  It never changes: the digests stored
 // are only found with it.  With Citus, idempotency_distribute() makes the
 // table a reference table, so that every node -- and every node a shard
 // moves to -- has the same secret (citus_placement.hpp).

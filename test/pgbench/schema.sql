@@ -3,8 +3,8 @@
 
 CREATE EXTENSION idempotency;
 
--- The secret of the key digests (idempotency.digest_secret), fixed: the first
--- write would make a random one.  With it, two runs store the same digests,
+-- The secret of the key digests (idempotency.digest_secret), fixed: it
+-- replaces the random one CREATE EXTENSION made.  With it, two runs store the same digests,
 -- so that the primary key's page splits -- and the WAL they write -- fall the
 -- same way in each (make bench-cost compares runs to the byte).
 INSERT INTO idempotency.digest_secret VALUES ('\x000102030405060708090a0b0c0d0e0f');
