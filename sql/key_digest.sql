@@ -43,7 +43,7 @@ SELECT 'idempotency.digest_secret'::regclass = ANY (extconfig) AS dumped
   FROM pg_extension WHERE extname = 'idempotency';
 BEGIN;
 INSERT INTO idempotency.digest_secret VALUES ('0123456789abcdef');
-SELECT count(*) AS secrets, encode(min(secret), 'escape') AS secret FROM idempotency.digest_secret;
+SELECT count(*) AS secrets, string_agg(encode(secret, 'escape'), ',') AS secret FROM idempotency.digest_secret;
 ROLLBACK;
 
 --
