@@ -312,10 +312,10 @@ BEGIN
     IF by_digest AND NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p
                                   WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idempotency.digest_secret'::pg_catalog.regclass) THEN
         PERFORM idempotency.key_digest('', '');
-        -- Its trigger (a restore's secret replaces the installed one) is
-        -- for a restore, which does not go through Citus: Citus refuses to
-        -- distribute a table with triggers unless told they are safe.
-        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+        -- Its trigger (a restore's secret replaces the installed one) is for
+        -- a plain restore, not Citus's: Citus refuses to distribute a table
+        -- with triggers, and its copy of the rows would fire it.
+        DROP TRIGGER digest_secret_replaced ON idempotency.digest_secret;
         PERFORM pg_catalog.create_reference_table('idempotency.digest_secret');
         PERFORM pg_catalog.truncate_local_data_after_distributing_table('idempotency.digest_secret');
     END IF;
