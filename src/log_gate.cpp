@@ -44,9 +44,10 @@
 //     by name in this session's prepared statements (a hash probe);
 //  4. the message's CONTEXT lines or internal query name the extension (an
 //     inner statement of PL/pgSQL or SQL functions).
-// 1 costs each call a function call and a store; 2 to 4 run only for a
-// message that is being logged and has something to hide, so a request that
-// logs nothing pays for nothing else.  A match is never decided by the
+// 1 costs each call a function call and a store (about 6 instructions: 6 to
+// 18 per request of make bench-cost's workloads, under its run-to-run noise);
+// 2 to 4 run only for a message that is being logged and has something to
+// hide, so a request that logs nothing pays for nothing else.  A match is never decided by the
 // catalogs: the hook runs inside error reporting, after a failed
 // transaction or a dropped extension.  What the gate cannot see: a statement
 // that never names the extension and fails before its first call (an

@@ -6,15 +6,19 @@
 # may contain the marker.
 #
 # A client that writes a body into its SQL text has it logged by PostgreSQL
-# itself (log_statement, and the STATEMENT line of an error), whatever the
+# itself when the DBA asks for every statement (log_statement), whatever the
 # extension does; applications pass bodies as bind parameters.  psql 15
 # cannot bind, so here the values are built on the server from hex, and the
-# statements only refer to them: no statement text contains the marker.
+# statements only refer to them: no statement text contains the marker --
+# but for the section below, whose statements spell the marker in and run
+# without log_statement: there no STATEMENT or CONTEXT line of any message
+# logged while a statement calls the extension may show it.
 use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
 use IdempotencyTest;
+use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -170,7 +174,9 @@ ok($node->poll_query_until($db, q{SELECT count(*) = 0 FROM idempotency.keys WHER
 # Statements that carry the payload in their text, as with client-side
 # binding, at the default log settings (no log_statement): PostgreSQL logs
 # the statement of an error, and every error raised inside a call of the
-# extension -- its own, or PostgreSQL's -- must leave it out.
+# extension -- its own, or PostgreSQL's -- must leave it out; so must every
+# message logged while a statement that calls the extension runs (the log
+# gate, below).
 # ---------------------------------------------------------------------------
 query(q{ALTER SYSTEM SET log_statement = 'none'; SELECT pg_reload_conf()});
 my $literal_body = qq{'{"card": "$marker"}'};
@@ -259,10 +265,11 @@ error_path('IK002',
 }
 
 # An error PostgreSQL raises in the same statement but outside any call (here
-# a division by zero) gets the statement's text as CONTEXT, which the
-# extension cannot change: with EXECUTE ... USING, as doc/handlers.md says,
-# the text holds $1, $2 ... and never the body.  The control, with format's
-# %L, shows that such a line would be caught.
+# a division by zero) gets the statement's text as CONTEXT: with EXECUTE ...
+# USING, as doc/handlers.md says, the text holds $1, $2 ... and never the
+# body (and the log gate keeps the line out of the log anyway: format's %L
+# below).  The control, a statement that calls nothing of the extension,
+# shows that such a line would be caught.
 my $execute_control = "$marker-execute";
 my ($execute_control_state) = sql_error($node, $db,
 	sprintf(q{DO $$ BEGIN EXECUTE format('SELECT %%L::text, 1 / 0', %s); END $$},
@@ -282,7 +289,7 @@ error_path('22012',
 # types: a backend's first statement that names a function returning one
 # (begin, lookup) waits for DROP EXTENSION in PostgreSQL's parser, before any
 # code of the extension runs, and then fails there (XX000, as for any
-# composite type dropped under it).
+# composite type dropped under it): the log gate's cases below.
 query('CREATE DATABASE dropped');
 my %entry_points = (
 	begin => "SELECT * FROM idempotency_begin('s', 'k', request_hash(${literal_body}::jsonb), claim_data => $literal_body)",
@@ -393,6 +400,29 @@ for my $race (@drop_races)
 		'EXECUTE of a prepared call, failing after the call: 22P02');
 	logged_without_marker($offset, qr/"claimed"/, 'EXECUTE of a prepared call, failing after the call');
 	$session->quit;
+}
+
+# Bound parameters (the extended protocol, as drivers send a body): with
+# log_parameter_max_length_on_error set, PostgreSQL logs the parameters of
+# a statement that fails as a CONTEXT line.  pgbench -M extended binds its
+# variables; the error comes before the call, in the same statement.
+{
+	my $script = $node->basedir . '/bound.sql';
+	append_to_file($script,
+		"SELECT 1 / :zero, idempotency_complete('s', 'nobody', 200, :body::jsonb);\n");
+	my $offset = -s $node->logfile;
+	local $ENV{PGOPTIONS} = '-c log_parameter_max_length_on_error=-1';
+	my ($stdout, $stderr) = ('', '');
+	IPC::Run::run(
+		[
+			'pgbench', '-n', '-t', 1, '-M', 'extended', '-f', $script,
+			'-D', 'zero=0', '-D', qq{body={"card": "$marker"}},
+			'-h', $node->host, '-p', $node->port, $db
+		],
+		'>', \$stdout, '2>', \$stderr);
+	like($stderr, qr/division by zero/, 'a statement with bound parameters failing before the call: 22012');
+	logged_without_marker($offset, qr/division by zero/,
+		'a statement with bound parameters failing before the call, with log_parameter_max_length_on_error');
 }
 
 # PL/pgSQL: an application's function that fails after its call (the
