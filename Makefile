@@ -99,7 +99,8 @@ prove_installcheck:
 	$(prove_installcheck)
 endif
 
-.PHONY: test demo bench bench-cost bench-expiry bench-scale bench-citus fuzz sanitize test-cassert errcodes errcodes-check
+.PHONY: test demo bench bench-cost bench-expiry bench-scale bench-citus fuzz sanitize test-cassert errcodes errcodes-check \
+        dist release
 # `make test` tests the PostgreSQL that PG_CONFIG names (default: the host's
 # Debian PostgreSQL 15).  `make test PG=N` tests PostgreSQL N: the host's own
 # when Debian's /usr/lib/postgresql/N is installed here, else inside
@@ -150,3 +151,18 @@ sanitize:
 # then); see test/cassert.
 test-cassert:
 	bash test/cassert test
+# The PGXN archive, dist/idempotency-X.Y.Z.zip: git archive of HEAD, with
+# META.json checked against the control file (tools/release, tools/pgxn-meta).
+dist:
+	bash tools/release dist
+# make release VERSION=X.Y.Z: fails unless every version string is X.Y.Z
+# (tools/versions), then builds every release file from HEAD into
+# dist/X.Y.Z/ (Debian packages, PGXN archive, npm tarball, Python sdist and
+# wheel, Java jar) and prints the tags to push; see tools/release.  (PGXS
+# sets VERSION to PostgreSQL's: only the command line's counts here.)
+release:
+ifeq ($(origin VERSION),command line)
+	bash tools/release all $(VERSION)
+else
+	$(error usage: make release VERSION=X.Y.Z)
+endif

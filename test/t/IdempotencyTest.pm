@@ -12,8 +12,10 @@ use strict;
 use warnings;
 
 use Exporter 'import';
+use IO::Socket::INET;
 use IPC::Run;
 use JSON::PP;
+use POSIX qw(WNOHANG);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -24,7 +26,7 @@ our @EXPORT = qw(
   lease_running sql_error wait_for_crash_restart wait_for_lease_end
   wait_for_promotion keys_text wait_for_sweeps reload_with indexes_checked
   start_pgbouncer citus_missing citus_without_exports start_citus_cluster citus_database
-  new_orders_database
+  new_orders_database free_tcp_port wait_for_health log_tail
 );
 
 # A byte-string JSON decoder: each byte of psql's output stays one character,
@@ -427,7 +429,8 @@ sub indexes_checked
 # Starts PgBouncer in transaction mode in front of $node's database $db for
 # the role $user (trust), with four server connections, so that a client's
 # transactions land on any of them.  From PgBouncer 1.21 with
-# max_prepared_statements, which pools named prepared statements.  It
+# max_prepared_statements, which pools named prepared statements, unless
+# named_statements => 0 turns that off (as before 1.21).  It
 # listens on a Unix socket, and with tcp => 1 on 127.0.0.1 too (for JDBC,
 # whose startup packet sets extra_float_digits, which PgBouncer refuses
 # unless told to ignore it, as doc/reference.md says).
@@ -441,7 +444,8 @@ sub start_pgbouncer
 	return undef unless $pgbouncer;
 	my ($version) = `$pgbouncer --version` =~ /PgBouncer (\d+\.\d+)/;
 	my ($major, $minor) = split /\./, $version;
-	my $prepared_statements = $major > 1 || $minor >= 21;
+	my $pools_named = $major > 1 || $minor >= 21;
+	my $prepared_statements = $pools_named && ($params{named_statements} // 1);
 	my $dir = PostgreSQL::Test::Utils::tempdir_short;
 	my $port = PostgreSQL::Test::Cluster::get_free_port();
 	PostgreSQL::Test::Utils::append_to_file("$dir/users.txt", qq{"$user" ""\n});
@@ -463,7 +467,9 @@ logfile = %s/pgbouncer.log
 pidfile = %s/pgbouncer.pid
 %s
 }, $db, $node->host, $node->port, $db, $params{tcp} ? '127.0.0.1' : '', $port, $dir, $dir, $dir, $dir,
-			$prepared_statements ? 'max_prepared_statements = 100' : ''));
+			$prepared_statements ? 'max_prepared_statements = 100'
+			: $pools_named ? 'max_prepared_statements = 0'
+			: ''));
 	# Its output to a file: PgBouncer logs every login to stderr too, and a
 	# pipe nobody reads while a test runs would fill and stall it.
 	my $handle = IPC::Run::start([ $pgbouncer, "$dir/pgbouncer.ini" ],
@@ -483,6 +489,47 @@ pidfile = %s/pgbouncer.pid
 		up => $up,
 		log => "$dir/stderr.log"
 	};
+}
+
+# A TCP port on 127.0.0.1 that nothing listens on now, for an HTTP server.
+sub free_tcp_port
+{
+	my $socket = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 1)
+	  or die "no free port: $!";
+	my $port = $socket->sockport;
+	close $socket;
+	return $port;
+}
+
+# Waits for an HTTP server on 127.0.0.1:$port, started with IPC::Run::start
+# as $server, to answer GET /health with 200, as long as it runs: whether it
+# did.
+sub wait_for_health
+{
+	my ($port, $server) = @_;
+	for (1 .. 1200)    # up to 2 minutes: a JVM or a cold npm start on a loaded machine
+	{
+		return 0 if waitpid($server->{KIDS}[0]{PID}, WNOHANG) > 0;    # it exited
+		my $socket = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 5);
+		if ($socket)
+		{
+			print $socket "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+			my $status = <$socket> // '';
+			close $socket;
+			return 1 if $status =~ m{^HTTP/1\.[01] 200 };
+		}
+		select(undef, undef, undef, 0.1);
+	}
+	return 0;
+}
+
+# The last 60 lines of a log file, for a diagnostic.
+sub log_tail
+{
+	my ($file) = @_;
+	return '' unless -e $file;
+	my @lines = split /\n/, slurp_file($file);
+	return join("\n", "the end of $file:", @lines[ ($#lines > 60 ? $#lines - 60 : 0) .. $#lines ]);
 }
 
 1;
