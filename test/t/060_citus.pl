@@ -445,20 +445,18 @@ query($create_handler);
 	# A release tested on another PostgreSQL major only is refused too: a
 	# Citus release is another build on each major.
 	my ($major) = query('SHOW server_version_num') =~ /^(\d+)\d{4}$/;
-	my $other_major_only = { 15 => '14.0-1', 17 => '13.1-1', 18 => '13.2-1' }->{$major} // '13.9-1';
 	for my $case (
-		[
-			q{SET citus.enable_version_checks TO off;
-			  UPDATE pg_extension SET extversion = '13.9-1' WHERE extname = 'citus'},
-			qr/Citus 13\.9-1 on PostgreSQL $major is not a combination this extension is tested with/,
-			'an untested Citus version'
-		],
-		[
-			qq{SET citus.enable_version_checks TO off;
-			   UPDATE pg_extension SET extversion = '$other_major_only' WHERE extname = 'citus'},
-			qr/Citus \Q$other_major_only\E on PostgreSQL $major is not a combination/,
-			"Citus $other_major_only, tested on another PostgreSQL major only"
-		],
+		(
+			map {
+				my ($untested, $what) = @$_;
+				[
+					qq{SET citus.enable_version_checks TO off;
+					   UPDATE pg_extension SET extversion = '$untested' WHERE extname = 'citus'},
+					qr/Citus \Q$untested\E on PostgreSQL $major is not a combination this extension is tested with/,
+					$what
+				]
+			} citus_untested_versions($major)
+		),
 		[
 			q{ALTER TABLE pg_dist_shard RENAME COLUMN shardminvalue TO shard_min},
 			qr/Citus catalog pg_dist_shard has no column shardminvalue of type text/,

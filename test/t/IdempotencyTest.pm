@@ -24,7 +24,7 @@ our @EXPORT = qw(
   lease_running sql_error wait_for_crash_restart wait_for_lease_end
   wait_for_promotion keys_text wait_for_sweeps reload_with indexes_checked
   start_pgbouncer citus_missing citus_without_exports start_citus_cluster citus_database
-  new_orders_database
+  citus_untested_versions new_orders_database
 );
 
 # A byte-string JSON decoder: each byte of psql's output stays one character,
@@ -86,6 +86,20 @@ sub citus_without_exports
 	return $major >= 16
 	  ? "Citus on PostgreSQL $major exports only its SQL functions: keys on the coordinator and forwarded calls are refused"
 	  : undef;
+}
+
+# Versions of the citus extension that the version guard must refuse on
+# PostgreSQL $major, for a test to set in pg_extension (with
+# citus.enable_version_checks off, in a transaction it rolls back): pairs of
+# the version and what it is -- a release tested on no major, and one tested
+# on another major only (a Citus release is another build on each major).
+# The tested pairs themselves are the extension's (citus_placement.cpp).
+sub citus_untested_versions
+{
+	my ($major) = @_;
+	my $other_major_only = { 15 => '14.0-1', 17 => '13.1-1', 18 => '13.2-1' }->{$major} // '13.9-1';
+	return ([ '13.9-1', 'an untested Citus version' ],
+		[ $other_major_only, "Citus $other_major_only, tested on another PostgreSQL major only" ]);
 }
 
 # Creates and starts a Citus coordinator and two workers on this machine,
