@@ -24,7 +24,7 @@ our @EXPORT = qw(
   lease_running sql_error wait_for_crash_restart wait_for_lease_end
   wait_for_promotion keys_text wait_for_sweeps reload_with indexes_checked
   start_pgbouncer citus_missing citus_without_exports start_citus_cluster citus_database
-  citus_untested_versions new_orders_database
+  citus_untested_versions crash_restarts new_orders_database
 );
 
 # A byte-string JSON decoder: each byte of psql's output stays one character,
@@ -360,6 +360,19 @@ sub wait_for_crash_restart
 	$node->poll_query_until('postgres', 'SELECT true')
 	  or die 'the server did not accept connections after the crash restart';
 	return;
+}
+
+# The lines of $node's server log, from $log_offset on (its size taken
+# before), that show a crash restart: a child process that died unexpectedly
+# makes the postmaster terminate every other one and reinitialise, and say
+# so; empty if none did.  (The postmaster itself lives on, so its PID and
+# pg_postmaster_start_time() stay the same across such a restart.)
+sub crash_restarts
+{
+	my ($node, $log_offset) = @_;
+	return join '', grep {
+		/terminating any other active server processes|all server processes terminated; reinitializing/
+	} split /^/m, slurp_file($node->logfile, $log_offset);
 }
 
 # Polls until the lease of the claim on (scope, key) has ended.
