@@ -35,6 +35,9 @@ void throw_injected_fault()
 //    free slot, after its row is written and before its check (rule F);
 //  * pause_in_read (18759): a read of the newest version of a key, between
 //    its index entry and the version it points to (store.cpp, read_latest);
+//    (18762) the same read, between a version it found being deleted or
+//    replaced by a transaction in progress and the rest of its scan
+//    (claims.hpp, rule R);
 //  * pause_before_forwarded_replay (18760): a begin forwarded during a shard
 //    move, between its check that the key is completed and the call on the
 //    shard's node (citus_routing.cpp, forward_replay);
