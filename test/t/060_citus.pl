@@ -1123,12 +1123,23 @@ sub make_expiring_keys
 		'claimed', 'worker lost: a claim is held on the worker');
 	my $marker = 'body-marker-' . int(rand(1_000_000_000));
 	my $log_offset = -s $coordinator->logfile;
+	# Each call is its psql's last -c; the ones before it go first, each a
+	# statement of its own.  The third is an EXECUTE of a prepared statement,
+	# which names no function of the extension but carries the body.
 	my @calls = (
-		sprintf(q{SELECT held_order('ten7', 'held-handler', %s)}, quote($marker)),
-		sprintf(q{SELECT outcome FROM idempotency_begin('ten7', 'held-api', request_hash('POST /orders'::text),
-		                                                wait => '10 minutes',
-		                                                claim_data => jsonb_build_object('body', %s::text))},
-			quote($marker)));
+		[ sprintf(q{SELECT held_order('ten7', 'held-handler', %s)}, quote($marker)) ],
+		[
+			sprintf(q{SELECT outcome FROM idempotency_begin('ten7', 'held-api', request_hash('POST /orders'::text),
+			                                                wait => '10 minutes',
+			                                                claim_data => jsonb_build_object('body', %s::text))},
+				quote($marker))
+		],
+		[
+			q{PREPARE held_begin(text, jsonb) AS
+			    SELECT outcome FROM idempotency_begin($1, 'held-api', request_hash('POST /orders'::text),
+			                                          wait => '10 minutes', claim_data => $2)},
+			sprintf(q{EXECUTE held_begin('ten7', '{"body": "%s"}')}, $marker)
+		]);
 	# (Cluster.pm logs every statement; a server that does not is what the
 	# check below is about.)
 	my (%out, @runs);
@@ -1137,15 +1148,15 @@ sub make_expiring_keys
 		push @runs, IPC::Run::start(
 			[
 				'psql', '-XAtq', '-d', $coordinator->connstr($db),
-				'-c', 'SET log_statement = none', '-c', $calls[$i]
+				'-c', 'SET log_statement = none', map { ('-c', $_) } @{ $calls[$i] }
 			],
 			'>', \$out{"out$i"}, '2>', \$out{"err$i"});
 	}
 	ok( $worker->poll_query_until(
-			$db, q{SELECT count(*) = 2 FROM pg_stat_activity
-			        WHERE state = 'active' AND wait_event IS NOT NULL AND query LIKE '%held-%'
-			          AND pid <> pg_backend_pid()}),
-		'worker lost: both calls wait on the worker');
+			$db, sprintf(q{SELECT count(*) = %d FROM pg_stat_activity
+			        WHERE state = 'active' AND wait_event IS NOT NULL AND query LIKE '%%held-%%'
+			          AND pid <> pg_backend_pid()}, scalar @calls)),
+		'worker lost: every call waits on the worker');
 	$worker->stop('immediate');
 	ok(!$_->finish, 'worker lost: the call fails') for @runs;
 	eval { $_->quit } for $claimer, $holder;
@@ -1156,6 +1167,29 @@ sub make_expiring_keys
 	unlike($log, qr/\Q$marker\E/, '... without the request in any line');
 	$worker->start;
 	is(outcome_of('ten7', 'held-handler'), 'claimed', 'worker lost: after its restart, the request runs');
+}
+
+# ---------------------------------------------------------------------------
+# The error of a delegated call made through a prepared statement, which
+# Citus relays from the worker (IK001): the coordinator logs the EXECUTE,
+# which names no function of the extension but carries the body; the log
+# gate finds the prepared statement's text and keeps the line out.
+# ---------------------------------------------------------------------------
+{
+	my $marker = 'body-marker-' . int(rand(1_000_000_000));
+	my $log_offset = -s $coordinator->logfile;
+	my $session = $coordinator->background_psql($db, on_error_stop => 0);
+	$session->query_safe('SET log_statement = none');
+	$session->query_safe(q{PREPARE finish(text, text, jsonb) AS
+	                         SELECT idempotency_complete($1, $2, 201, $3)});
+	$session->query(sprintf(q{EXECUTE finish('ten8', 'never-claimed', '{"body": "%s"}')}, $marker));
+	like($session->{stderr}, qr/"never-claimed" is not claimed|IK001/,
+		'a prepared call whose delegated call fails: the error of the worker');
+	$session->quit;
+	my $log = slurp_file($coordinator->logfile, $log_offset);
+	like($log, qr/ERROR: .*never-claimed/, 'a prepared call whose delegated call fails: the coordinator logs it')
+	  or diag($log);
+	unlike($log, qr/\Q$marker\E/, '... without the request in any line');
 }
 
 done_testing();
