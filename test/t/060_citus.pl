@@ -1124,8 +1124,9 @@ sub make_expiring_keys
 	my $marker = 'body-marker-' . int(rand(1_000_000_000));
 	my $log_offset = -s $coordinator->logfile;
 	# Each call is its psql's last -c; the ones before it go first, each a
-	# statement of its own.  The third is an EXECUTE of a prepared statement,
-	# which names no function of the extension but carries the body.
+	# statement of its own.  The third and fourth are an EXECUTE of a
+	# prepared statement, which names no function of the extension but
+	# carries the body: of the API's call, and of the handler's.
 	my @calls = (
 		[ sprintf(q{SELECT held_order('ten7', 'held-handler', %s)}, quote($marker)) ],
 		[
@@ -1139,6 +1140,10 @@ sub make_expiring_keys
 			    SELECT outcome FROM idempotency_begin($1, 'held-api', request_hash('POST /orders'::text),
 			                                          wait => '10 minutes', claim_data => $2)},
 			sprintf(q{EXECUTE held_begin('ten7', '{"body": "%s"}')}, $marker)
+		],
+		[
+			q{PREPARE held_handler(text, text, text) AS SELECT held_order($1, $2, $3)},
+			sprintf(q{EXECUTE held_handler('ten7', 'held-handler-prepared', %s)}, quote($marker))
 		]);
 	# (Cluster.pm logs every statement; a server that does not is what the
 	# check below is about.)
