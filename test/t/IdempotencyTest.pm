@@ -26,7 +26,8 @@ our @EXPORT = qw(
   lease_running sql_error wait_for_crash_restart wait_for_lease_end
   wait_for_promotion keys_text wait_for_sweeps reload_with indexes_checked
   start_pgbouncer citus_missing citus_without_exports start_citus_cluster citus_database
-  new_orders_database free_tcp_port wait_for_health log_tail
+  citus_untested_versions crash_restarts new_orders_database free_tcp_port wait_for_health
+  log_tail
 );
 
 # A byte-string JSON decoder: each byte of psql's output stays one character,
@@ -88,6 +89,20 @@ sub citus_without_exports
 	return $major >= 16
 	  ? "Citus on PostgreSQL $major exports only its SQL functions: keys on the coordinator and forwarded calls are refused"
 	  : undef;
+}
+
+# Versions of the citus extension that the version guard must refuse on
+# PostgreSQL $major, for a test to set in pg_extension (with
+# citus.enable_version_checks off, in a transaction it rolls back): pairs of
+# the version and what it is -- a release tested on no major, and one tested
+# on another major only (a Citus release is another build on each major).
+# The tested pairs themselves are the extension's (citus_placement.cpp).
+sub citus_untested_versions
+{
+	my ($major) = @_;
+	my $other_major_only = { 15 => '14.0-1', 17 => '13.1-1', 18 => '13.2-1' }->{$major} // '13.9-1';
+	return ([ '13.9-1', 'an untested Citus version' ],
+		[ $other_major_only, "Citus $other_major_only, tested on another PostgreSQL major only" ]);
 }
 
 # Creates and starts a Citus coordinator and two workers on this machine,
@@ -348,6 +363,19 @@ sub wait_for_crash_restart
 	$node->poll_query_until('postgres', 'SELECT true')
 	  or die 'the server did not accept connections after the crash restart';
 	return;
+}
+
+# The lines of $node's server log, from $log_offset on (its size taken
+# before), that show a crash restart: a child process that died unexpectedly
+# makes the postmaster terminate every other one and reinitialise, and say
+# so; empty if none did.  (The postmaster itself lives on, so its PID and
+# pg_postmaster_start_time() stay the same across such a restart.)
+sub crash_restarts
+{
+	my ($node, $log_offset) = @_;
+	return join '', grep {
+		/terminating any other active server processes|all server processes terminated; reinitializing/
+	} split /^/m, slurp_file($node->logfile, $log_offset);
 }
 
 # Polls until the lease of the claim on (scope, key) has ended.
