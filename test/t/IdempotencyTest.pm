@@ -158,10 +158,17 @@ sub citus_database
 sub new_standby
 {
 	my ($primary, $name) = @_;
+	# A slot of its own, reserving WAL from before the backup: without it a
+	# checkpoint on the primary (another standby's base backup, on a loaded
+	# machine) can remove the segment the standby starts streaming from before
+	# it connects, which the walsender reports as XX000 "requested WAL segment
+	# ... has already been removed" -- and test/run's log gate fails on it.
+	$primary->safe_psql('postgres', "SELECT pg_create_physical_replication_slot('$name', true)");
 	my $backup = "for_$name";
 	$primary->backup($backup);
 	my $standby = PostgreSQL::Test::Cluster->new($name);
 	$standby->init_from_backup($primary, $backup, has_streaming => 1);
+	$standby->append_conf('postgresql.conf', "primary_slot_name = '$name'");
 	$standby->start;
 	return $standby;
 }
