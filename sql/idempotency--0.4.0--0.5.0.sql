@@ -4,6 +4,20 @@
 -- install script, the update to 0.4.0 and then this one.
 
 -- ---------------------------------------------------------------------------
+-- idempotency_distribute() refuses an untested Citus release or PostgreSQL
+-- major before its first change.  Until 0.4.0 it distributed the keys, the
+-- routing table and the API's functions there, after which every call was
+-- refused by the version guard (0A000).  The guard is the calls' own, in the
+-- library (citus_placement.cpp, require_tested_citus: the one list of tested
+-- releases), called through idempotency.require_tested_citus().
+CREATE FUNCTION idempotency.require_tested_citus() RETURNS void
+    AS 'MODULE_PATHNAME', 'idempotency_require_tested_citus'
+    LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION idempotency.require_tested_citus() IS
+    'for idempotency_distribute: fails (0A000) unless the loaded Citus library and the installed citus extension are a release tested on this PostgreSQL major';
+REVOKE ALL ON FUNCTION idempotency.require_tested_citus() FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
 -- Keys stored under a 128-bit digest
 -- ---------------------------------------------------------------------------
 
@@ -114,7 +128,13 @@ $$;
 -- scope under that scope's digest, and makes idempotency.digest_secret a
 -- reference table, so that every node -- and a node a shard moves to --
 -- digests keys with one secret.
-DROP FUNCTION @extschema@.idempotency_distribute(regclass);
+--
+-- The new body replaces the old function, as the update to 0.4.0 replaced
+-- idempotency_complete: the old one steps aside under another name, the new
+-- one is created as a fresh install has it, whoever may execute the old one
+-- may execute the new one (a DBA's grant to a migration role), and the old
+-- one goes.
+ALTER FUNCTION @extschema@.idempotency_distribute(regclass) RENAME TO idempotency_distribute_0_4_0;
 CREATE FUNCTION @extschema@.idempotency_distribute(colocate_with regclass) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -142,6 +162,9 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'Run CREATE EXTENSION citus, add the worker nodes, then call this function.';
     END IF;
+    -- The calls refuse a Citus release or PostgreSQL major that is not
+    -- tested (0A000): so does their distribution, before it changes anything.
+    PERFORM idempotency.require_tested_citus();
     IF pg_catalog.current_setting('idempotency.tenant_isolation', true) OPERATOR(pg_catalog.=) 'role' THEN
         RAISE EXCEPTION 'idempotency.tenant_isolation = role is not supported with distributed keys'
             USING ERRCODE = 'feature_not_supported',
@@ -344,3 +367,35 @@ $$;
 COMMENT ON FUNCTION @extschema@.idempotency_distribute(regclass) IS
     'with Citus: distribute idempotency.keys by the scope read as the tenant column''s type (bigint, integer, uuid or text COLLATE "C"), each scope spelled as that type prints it, co-located with that table, with the secret of the key digests on every node, and delegate the API functions to the scope''s node';
 REVOKE ALL ON FUNCTION @extschema@.idempotency_distribute(regclass) FROM PUBLIC;
+DO $$
+DECLARE
+    -- Resolved through the search_path ALTER EXTENSION sets: the extension's
+    -- schema first.
+    old_function CONSTANT pg_catalog.regprocedure := 'idempotency_distribute_0_4_0(pg_catalog.regclass)';
+    new_function CONSTANT pg_catalog.regprocedure := 'idempotency_distribute(pg_catalog.regclass)';
+    initial pg_catalog.aclitem[];
+    g record;
+BEGIN
+    SELECT p.proacl INTO initial FROM pg_catalog.pg_proc AS p WHERE p.oid OPERATOR(pg_catalog.=) new_function;
+    FOR g IN
+        SELECT a.grantee, a.is_grantable
+          FROM pg_catalog.pg_proc AS p, pg_catalog.aclexplode(p.proacl) AS a
+         WHERE p.oid OPERATOR(pg_catalog.=) old_function
+           AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', new_function,
+            CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                 ELSE g.grantee::pg_catalog.regrole::text END,
+            CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+    -- A GRANT in an extension's script is recorded as an initial privilege,
+    -- which pg_dump leaves out: the carried-over grants are ordinary ones,
+    -- and the initial privileges stay those a fresh install records.
+    UPDATE pg_catalog.pg_init_privs AS i SET initprivs = initial
+     WHERE i.objoid OPERATOR(pg_catalog.=) new_function
+       AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+       AND i.objsubid OPERATOR(pg_catalog.=) 0;
+END
+$$;
+DROP FUNCTION @extschema@.idempotency_distribute_0_4_0(regclass);

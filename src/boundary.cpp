@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "compat.hpp"
+#include "log_gate.hpp"
 
 extern "C"
 {
@@ -101,6 +102,7 @@ Datum errors_without_request_data(PGFunction body, FunctionCallInfo fcinfo)
     // callbacks the call pushes itself stay.  PG_TRY restores the caller's
     // stack when the call fails, and the line below when it returns.
     ErrorContextCallback *caller_context = error_context_stack;
+    log_gate::note_call();
     PG_TRY();
     {
         error_context_stack = nullptr;
@@ -118,6 +120,7 @@ Datum errors_without_request_data(PGFunction body, FunctionCallInfo fcinfo)
 void errors_without_request_data(void (*body)(void *argument), void *argument)
 {
     MemoryContext context = CurrentMemoryContext;
+    log_gate::note_call();
     PG_TRY();
     {
         body(argument);

@@ -113,6 +113,15 @@ bool worker_node();
 // the same secret: key_digest.hpp).
 Oid reference_placement(Oid table, LOCKMODE lockmode);
 
+// The guard in front of Citus's private layout, and the one owner of the
+// rule of which Citus releases are tested on which PostgreSQL major: returns
+// when the loaded Citus library and the installed citus extension are both a
+// release tested on this major; otherwise 0A000, naming the untested one and
+// the tested pairs.  Every read of that layout and every lookup of a routine
+// in Citus's library go through it first, and idempotency_distribute()
+// (through idempotency.require_tested_citus()) before its first change.
+void require_tested_citus();
+
 // ---------------------------------------------------------------------------
 // For citus_routing.cpp: the layout and the locks it forwards calls under
 // (each is described where it is defined, in citus_placement.cpp)
