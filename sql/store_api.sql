@@ -160,14 +160,14 @@ $$;
 SELECT ARRAY(SELECT key FROM idempotency_keys('list')) =
        ARRAY(SELECT key FROM idempotency.keys WHERE scope = 'list' AND key <> 'k3'
               ORDER BY digest) AS in_digest_order,
-       (SELECT bool_and(digest = idempotency.key_digest(scope, key))
+       (SELECT bool_and(digest = idempotency.key_digest(tenant, scope, key))
           FROM idempotency.keys) AS stored_under_key_digest,
        pg_temp.walk(2) = ARRAY(SELECT key FROM idempotency_keys('list')) AS pages_of_2_walk_it,
        pg_temp.walk(1) = ARRAY(SELECT key FROM idempotency_keys('list')) AS pages_of_1_too;
 -- After a key that is not listed (k3, expired): the keys whose digests follow its.
 SELECT ARRAY(SELECT key FROM idempotency_keys('list', after_key => 'k3')) =
        ARRAY(SELECT key FROM idempotency.keys WHERE scope = 'list' AND key <> 'k3'
-                AND digest > idempotency.key_digest('list', 'k3')
+                AND digest > idempotency.key_digest('-', 'list', 'k3')
               ORDER BY digest) AS after_an_unlisted_key;
 SELECT count(*) AS other_scope FROM idempotency_keys('nothing here');
 SELECT pg_temp.try($$ SELECT * FROM idempotency_keys('list', max_keys => 0) $$);

@@ -293,16 +293,18 @@ IDEMPOTENCY_FUNCTION(idempotency_keys)
 // idempotency.key_digest: a key's digest, for moving keys in
 // ---------------------------------------------------------------------------
 
-// The digest idempotency.keys stores a key under in this database, beside
-// its tenant (key_digest.hpp), making the database's secret if it has none
-// yet: what the update from 0.4.0 rewrites each key with, and what any other
-// move of keys into the table (the SQL edition's) writes into the digest
-// column.  The scope as stored: store::tenant_scope's spelling with Citus.
+// The digest idempotency.keys stores a key under in this database -- of its
+// tenant (a role, or 0 for none), scope and key (key_digest.hpp) -- making
+// the database's secret if it has none yet and numbering the tenant if it
+// has no number (tenants.hpp): what the update from 0.4.0 rewrites each key
+// with, and what any other move of keys into the table (the SQL edition's)
+// writes into the digest column.  The scope as stored:
+// store::tenant_scope's spelling with Citus.
 IDEMPOTENCY_FUNCTION(idempotency_key_digest)
 {
     pg_uuid_t *digest = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
-    (void)store::key_digest(PointerGetDatum(PG_GETARG_TEXT_PP(0)),
-                            PointerGetDatum(PG_GETARG_TEXT_PP(1)), store::DigestUse::write, digest);
+    (void)store::key_digest(PG_GETARG_OID(0), PointerGetDatum(PG_GETARG_TEXT_PP(1)),
+                            PointerGetDatum(PG_GETARG_TEXT_PP(2)), store::DigestUse::write, digest);
     PG_RETURN_UUID_P(digest);
 }
 

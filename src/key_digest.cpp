@@ -4,6 +4,7 @@
 #include "citus_placement.hpp"
 #include "siphash.hpp"
 #include "store.hpp"
+#include "tenants.hpp"
 
 extern "C"
 {
@@ -41,23 +42,25 @@ constexpr size_t last_digest_max = 256;
 struct LastDigest
 {
     bool valid;
+    int32 tenant; // the tenant's number
     uint32 scope_size;
     uint32 key_size;
     uint8 bytes[last_digest_max]; // the scope, then the key
     pg_uuid_t digest;
 };
-static LastDigest last_digest = {false, 0, 0, {}, {}};
+static LastDigest last_digest = {false, 0, 0, 0, {}, {}};
 
-// The first four bytes of the scope digested last, kept as last_digest is
-// (requests of one scope follow each other).
+// The first four bytes of the tenant's scope digested last, kept as
+// last_digest is (requests of one scope follow each other).
 struct LastScope
 {
     bool valid;
+    int32 tenant;
     uint32 size;
     uint8 bytes[last_digest_max];
     uint8 prefix[4];
 };
-static LastScope last_scope = {false, 0, {}, {}};
+static LastScope last_scope = {false, 0, 0, {}, {}};
 
 void forget_secret(Oid relid)
 {
@@ -239,15 +242,15 @@ struct Input
     }
 };
 
-// The first four bytes: a scope's range.
-static void scope_prefix(const uint8 (&secret)[secret_size], const text *scope,
+// The first four bytes: a tenant's scope's range.
+static void scope_prefix(const uint8 (&secret)[secret_size], int32 tenant, const text *scope,
                          uint8 *out)
 {
     uint32 size = VARSIZE_ANY_EXHDR(scope);
     bool cacheable = OidIsValid(secret_cache.relation) && caches_on() &&
                      memcmp(secret, secret_cache.bytes, secret_size) == 0 &&
                      size <= last_digest_max;
-    if (cacheable && last_scope.valid && last_scope.size == size &&
+    if (cacheable && last_scope.valid && last_scope.tenant == tenant && last_scope.size == size &&
         memcmp(last_scope.bytes, VARDATA_ANY(scope), size) == 0)
     {
         memcpy(out, last_scope.prefix, 4);
@@ -257,6 +260,7 @@ static void scope_prefix(const uint8 (&secret)[secret_size], const text *scope,
     Input input = {stack, 0, sizeof stack};
     uint8 tag = 0x01;
     input.append(&tag, 1);
+    input.append_u32(uint32(tenant));
     input.append(VARDATA_ANY(scope), VARSIZE_ANY_EXHDR(scope));
     uint64 hash = siphash::hash64(secret, input.data, input.size);
     for (int i = 0; i < 4; i++)
@@ -264,6 +268,7 @@ static void scope_prefix(const uint8 (&secret)[secret_size], const text *scope,
     last_scope.valid = false;
     if (!cacheable)
         return;
+    last_scope.tenant = tenant;
     last_scope.size = size;
     memcpy(last_scope.bytes, VARDATA_ANY(scope), size);
     memcpy(last_scope.prefix, out, 4);
@@ -271,23 +276,25 @@ static void scope_prefix(const uint8 (&secret)[secret_size], const text *scope,
 }
 
 // Whether `last_digest` is the digest of this key.
-static bool last_digest_of(const text *scope, const text *key)
+static bool last_digest_of(int32 tenant, const text *scope, const text *key)
 {
     uint32 scope_size = VARSIZE_ANY_EXHDR(scope), key_size = VARSIZE_ANY_EXHDR(key);
     return last_digest.valid && OidIsValid(secret_cache.relation) && caches_on() &&
-           injected_fault != fault_weak_digest &&
+           injected_fault != fault_weak_digest && last_digest.tenant == tenant &&
            last_digest.scope_size == scope_size && last_digest.key_size == key_size &&
            memcmp(last_digest.bytes, VARDATA_ANY(scope), scope_size) == 0 &&
            memcmp(last_digest.bytes + scope_size, VARDATA_ANY(key), key_size) == 0;
 }
 
-static void remember_digest(const text *scope, const text *key, const pg_uuid_t &digest)
+static void remember_digest(int32 tenant, const text *scope, const text *key,
+                            const pg_uuid_t &digest)
 {
     uint32 scope_size = VARSIZE_ANY_EXHDR(scope), key_size = VARSIZE_ANY_EXHDR(key);
     last_digest.valid = false;
     if (!OidIsValid(secret_cache.relation) || !caches_on() || injected_fault == fault_weak_digest ||
         size_t(scope_size) + key_size > last_digest_max)
         return;
+    last_digest.tenant = tenant;
     last_digest.scope_size = scope_size;
     last_digest.key_size = key_size;
     memcpy(last_digest.bytes, VARDATA_ANY(scope), scope_size);
@@ -296,12 +303,15 @@ static void remember_digest(const text *scope, const text *key, const pg_uuid_t 
     last_digest.valid = true;
 }
 
-bool key_digest(Datum scope_datum, Datum key_datum, DigestUse use, pg_uuid_t *digest,
-                const Storage *keys)
+bool key_digest(Oid tenant_role, Datum scope_datum, Datum key_datum, DigestUse use,
+                pg_uuid_t *digest, const Storage *keys)
 {
+    int32 tenant;
+    if (!tenant_number(tenant_role, use, &tenant))
+        return false;
     const text *scope = DatumGetTextPP(scope_datum);
     const text *key_text = DatumGetTextPP(key_datum);
-    if (last_digest_of(scope, key_text))
+    if (last_digest_of(tenant, scope, key_text))
     {
         *digest = last_digest.digest;
         return true;
@@ -309,12 +319,13 @@ bool key_digest(Datum scope_datum, Datum key_datum, DigestUse use, pg_uuid_t *di
     uint8 secret[secret_size];
     if (!database_secret(use, secret, keys))
         return false;
-    scope_prefix(secret, scope, digest->data);
+    scope_prefix(secret, tenant, scope, digest->data);
 
     uint8 stack[512];
     Input input = {stack, 0, sizeof stack};
     uint8 tag = 0x02;
     input.append(&tag, 1);
+    input.append_u32(uint32(tenant));
     input.append_u32(uint32(VARSIZE_ANY_EXHDR(scope)));
     input.append(VARDATA_ANY(scope), VARSIZE_ANY_EXHDR(scope));
     input.append(VARDATA_ANY(key_text), VARSIZE_ANY_EXHDR(key_text));
@@ -329,16 +340,18 @@ bool key_digest(Datum scope_datum, Datum key_datum, DigestUse use, pg_uuid_t *di
         digest->data[4] &= 0xF0;
         memset(digest->data + 5, 0, 11);
     }
-    remember_digest(scope, key_text, *digest);
+    remember_digest(tenant, scope, key_text, *digest);
     return true;
 }
 
-bool scope_digest_range(Datum scope, pg_uuid_t *low, pg_uuid_t *high)
+bool scope_digest_range(Oid tenant_role, Datum scope, pg_uuid_t *low, pg_uuid_t *high)
 {
+    int32 tenant;
     uint8 secret[secret_size];
-    if (!database_secret(DigestUse::read, secret, nullptr))
+    if (!tenant_number(tenant_role, DigestUse::read, &tenant) ||
+        !database_secret(DigestUse::read, secret, nullptr))
         return false;
-    scope_prefix(secret, DatumGetTextPP(scope), low->data);
+    scope_prefix(secret, tenant, DatumGetTextPP(scope), low->data);
     memcpy(high->data, low->data, 4);
     memset(low->data + 4, 0x00, 12);
     memset(high->data + 4, 0xFF, 12);

@@ -6,6 +6,7 @@
 #include "compat.hpp"
 #include "key_digest.hpp"
 #include "stats.hpp"
+#include "tenants.hpp"
 
 extern "C"
 {
@@ -122,7 +123,7 @@ static Relation open_primary_key(Relation heap, LOCKMODE lockmode)
             report_changed_storage(
                 "has no primary key",
                 get_attnum(RelationGetRelid(heap), "digest") != InvalidAttrNumber
-                    ? "Add it back: ALTER TABLE idempotency.keys ADD PRIMARY KEY (digest, tenant)."
+                    ? "Add it back: ALTER TABLE idempotency.keys ADD PRIMARY KEY (digest)."
                 : get_attnum(RelationGetRelid(heap), "tenant") != InvalidAttrNumber
                     ? "Add it back: ALTER TABLE idempotency.keys ADD PRIMARY KEY (tenant, scope, "
                       "key)."
@@ -202,13 +203,12 @@ static void map_columns(Storage *storage)
 }
 
 // The layout of the table: that of this version, of 0.4.0, 0.2.0 or 0.1.0
-// (see columns_0_4_0, _0_2_0 and _0_1_0).  The primary key is on (digest,
-// tenant) from 0.5.0 on -- with Citus (digest, tenant, scope) or (digest,
-// tenant, shard_key), as Citus takes the distribution column in every
-// unique constraint; both are functions of the key, so the first two
-// columns still identify a record.  The digest comes first: a descent
-// compares it alone, until the one entry whose digest is the key's.  Before, it is on (tenant, scope, key)
-// or (scope, key) -- or (tenant, scope, key, shard_key) with Citus.
+// (see columns_0_4_0, _0_2_0 and _0_1_0).  The primary key is the digest
+// from 0.5.0 on -- with Citus (digest, scope) or (digest, shard_key), as
+// Citus takes the distribution column in every unique constraint; the
+// scope is a function of the key, so the digest still identifies a record.
+// Before, it is on (tenant, scope, key) or (scope, key) -- or (tenant,
+// scope, key, shard_key) with Citus.
 static void check_layout(Storage *storage)
 {
     map_columns(storage);
@@ -217,12 +217,12 @@ static void check_layout(Storage *storage)
     if (storage->has(col_digest))
     {
         bool with_distribution_column =
-            key_columns == 3 && (indexed[2] == storage->attnum(col_scope) ||
-                                 indexed[2] == storage->attnum(col_shard_key));
-        if ((key_columns != 2 && !with_distribution_column) ||
-            indexed[0] != storage->attnum(col_digest) || indexed[1] != storage->attnum(col_tenant))
-            report_changed_storage("has a primary key on other columns than (digest, tenant)",
-                                   "Recreate the primary key on (digest, tenant).");
+            key_columns == 2 && (indexed[1] == storage->attnum(col_scope) ||
+                                 indexed[1] == storage->attnum(col_shard_key));
+        if ((key_columns != 1 && !with_distribution_column) ||
+            indexed[0] != storage->attnum(col_digest))
+            report_changed_storage("has a primary key on other columns than (digest)",
+                                   "Recreate the primary key on (digest).");
         return;
     }
     bool with_shard_key = key_columns == 4 && storage->has(col_shard_key) &&
@@ -266,6 +266,7 @@ static void forget_relation(Datum, Oid relid)
         heap_oid_cache = InvalidOid;
     forget_layout(relid);
     forget_secret(relid);
+    forget_tenant_numbers(relid);
 }
 
 void watch_relation_invalidations()
@@ -722,20 +723,20 @@ static void read_replacement(const Storage &storage, const Key &key, ItemPointer
         record = successor;
 }
 
-// The scan keys that find `key` in the primary key: its digest and tenant,
-// or before 0.5.0 its columns (tenant, scope, key), or (scope, key) before
-// 0.2.0; ScanKeyInit compares text with the "C" collation, which the columns
-// use.  0 when the database has no secret yet: no key has a digest then.
+// The scan keys that find `key` in the primary key: its digest, or before
+// 0.5.0 its columns (tenant, scope, key), or (scope, key) before 0.2.0;
+// ScanKeyInit compares text with the "C" collation, which the columns use.
+// 0 when the key can have no digest yet: the database has no secret, or
+// its tenant no number (tenants.hpp) -- then no key of it is stored.
 static int key_scan_keys(const Storage &storage, const Key &key, ScanKeyData (&keys)[3],
                          pg_uuid_t *digest)
 {
     if (storage.has(col_digest))
     {
-        if (!key_digest(key.scope, key.key, DigestUse::read, digest))
+        if (!key_digest(key.tenant, key.scope, key.key, DigestUse::read, digest))
             return 0;
         ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_UUID_EQ, UUIDPGetDatum(digest));
-        ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(key.tenant));
-        return 2;
+        return 1;
     }
     int count = 0;
     if (storage.has(col_tenant))
@@ -943,15 +944,22 @@ static void set_shard_key(const Storage &storage, Record &record)
 }
 
 // digest: the key's digest for this database (key_digest.hpp), made with
-// the database's secret -- which the first write makes -- unless the table
-// is older than 0.5.0.
+// the database's secret and its tenant's number (assigned by the first key
+// of the tenant: tenants.hpp), unless the table is older than 0.5.0.
 static void set_digest(const Storage &storage, const Key &key, Record &record)
 {
     if (!storage.has(col_digest))
         return;
     pg_uuid_t *digest = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
-    (void)key_digest(key.scope, key.key, DigestUse::write, digest, &storage);
+    (void)key_digest(key.tenant, key.scope, key.key, DigestUse::write, digest, &storage);
     record.set(col_digest, UUIDPGetDatum(digest));
+}
+
+void number_tenant(const Storage &storage, const Key &key)
+{
+    int32 number;
+    if (storage.has(col_digest) && OidIsValid(key.tenant))
+        (void)tenant_number(key.tenant, DigestUse::write, &number);
 }
 
 void insert_record(Storage &storage, const Key &key, Record &record)
@@ -1007,6 +1015,33 @@ bool holds_keys(const Storage &storage)
     return any;
 }
 
+void delete_rows_if_free(Relation relation, bool (*doomed)(TupleTableSlot *slot, void *arg),
+                         void *arg)
+{
+    WriteContext *writes = make_writes(relation);
+    TupleTableSlot *slot = table_slot_create(relation, nullptr);
+    TupleTableSlot *check = table_slot_create(relation, nullptr);
+    TableScanDesc scan = table_beginscan(relation, GetActiveSnapshot(), 0, nullptr);
+    while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+    {
+        if (!doomed(slot, arg))
+            continue;
+        TM_FailureData failure;
+        if (table_tuple_lock(relation, &slot->tts_tid, GetActiveSnapshot(), check,
+                             writes->estate->es_output_cid, LockTupleExclusive, LockWaitSkip, 0,
+                             &failure) == TM_Ok)
+            run_write([&] {
+                ExecSimpleRelationDelete(writes->result, writes->estate, &writes->epq, check);
+            });
+        CHECK_FOR_INTERRUPTS();
+    }
+    table_endscan(scan);
+    ExecDropSingleTupleTableSlot(check);
+    ExecDropSingleTupleTableSlot(slot);
+    finish_writes(writes);
+    CommandCounterIncrement();
+}
+
 void insert_row(Relation relation, Datum *values, bool *nulls)
 {
     WriteContext *writes = make_writes(relation);
@@ -1026,26 +1061,26 @@ void insert_row(Relation relation, Datum *values, bool *nulls)
 // Listing a scope
 // ---------------------------------------------------------------------------
 
-// From 0.5.0 on: the range of the scope's digests, after the digest of
-// after_key when it is given (see KeyScan in store.hpp).
+// From 0.5.0 on: the range of the tenant's and scope's digests, after the
+// digest of after_key when it is given (see KeyScan in store.hpp); 0 when
+// they can have no key (no secret, or the tenant no number).
 static int digest_range_keys(Oid tenant, Datum scope, Datum after_key, ScanKeyData (&keys)[3])
 {
     pg_uuid_t *low = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
     pg_uuid_t *high = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
-    if (!scope_digest_range(scope, low, high))
+    if (!scope_digest_range(tenant, scope, low, high))
         return 0;
     StrategyNumber from = BTGreaterEqualStrategyNumber;
     RegProcedure compare = F_UUID_GE;
     if (after_key != (Datum)0)
     {
-        (void)key_digest(scope, after_key, DigestUse::read, low);
+        (void)key_digest(tenant, scope, after_key, DigestUse::read, low);
         from = BTGreaterStrategyNumber;
         compare = F_UUID_GT;
     }
     ScanKeyInit(&keys[0], 1, from, compare, UUIDPGetDatum(low));
     ScanKeyInit(&keys[1], 1, BTLessEqualStrategyNumber, F_UUID_LE, UUIDPGetDatum(high));
-    ScanKeyInit(&keys[2], 2, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(tenant));
-    return 3;
+    return 2;
 }
 
 KeyScan begin_key_scan(const Storage &storage, Oid tenant, Datum scope, Datum after_key,
@@ -1095,9 +1130,11 @@ bool next_key(KeyScan &scan, Record *record)
         *record = not_found();
         decode_version(storage, scan.slot, *record);
         record->writer = committed_or_self(scan.slot);
-        // A digest range holds the scope's keys, and those of any scope
-        // whose first four bytes are the same.
-        if (!storage.has(col_digest) || same_text(record->values[col_scope], scan.scope))
+        // A digest range holds the tenant's keys of the scope, and those of
+        // any tenant and scope whose first four bytes are the same.
+        if (!storage.has(col_digest) ||
+            (DatumGetObjectId(record->values[col_tenant]) == scan.tenant &&
+             same_text(record->values[col_scope], scan.scope)))
             return true;
     }
 }
@@ -1351,7 +1388,17 @@ bool expire_here(TimestampTz now, int64 max_rows, Pace pace, bool skip_if_busy, 
         return false;
     *deleted = expire(storage, now, max_rows, pace, expired);
     Oid table = RelationGetRelid(storage.heap);
+    bool numbered_tenants = storage.has(col_digest);
     close(storage);
+    // The numbers of dropped roles (tenants.hpp): nobody can reach their
+    // keys, and no number is handed out twice.
+    if (numbered_tenants)
+    {
+        PushCopiedSnapshot(GetActiveSnapshot());
+        UpdateActiveSnapshotCommandId();
+        forget_dropped_tenants(skip_if_busy);
+        PopActiveSnapshot();
+    }
     // With Citus, the table is an empty shell and the keys are in its shards.
     ListCell *cell;
     foreach (cell, citus::local_shards(table, RowExclusiveLock, skip_if_busy))
@@ -1462,6 +1509,17 @@ bool wait_for_transaction(TransactionId xid, int timeout_ms)
             return true;
         },
         [&] { LockTimeout = saved_lock_timeout; });
+}
+
+bool insert_row_unless_present(Relation relation, Datum *values, bool *nulls)
+{
+    return absorbing(
+        ERRCODE_UNIQUE_VIOLATION,
+        [&] {
+            insert_row(relation, values, nulls);
+            return true;
+        },
+        [] {});
 }
 
 Inserted insert_unless_present(Storage &storage, const Key &key, Record &record,

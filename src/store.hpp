@@ -271,8 +271,22 @@ void delete_record(Storage &storage, const Record &record);
 // keys' writes: every index maintained, constraints checked, triggers fired.
 // `values` and `nulls` are in the relation's attribute order.
 void insert_row(Relation relation, Datum *values, bool *nulls);
+// insert_row in a subtransaction: false, with nothing written, when the row
+// violates a unique constraint -- against a row another transaction
+// committed, for whose end the insert waited (tenants.cpp).
+bool insert_row_unless_present(Relation relation, Datum *values, bool *nulls);
+// Deletes, through the same executor routine, every row of `relation`
+// (locked by the caller in RowExclusiveLock) that the active snapshot sees
+// and `doomed` picks, each only if its tuple lock is free at once: a sweep
+// never waits (tenants.cpp).
+void delete_rows_if_free(Relation relation, bool (*doomed)(TupleTableSlot *slot, void *arg),
+                         void *arg);
 // Whether the storage has a version of any key, committed or in progress.
 bool holds_keys(const Storage &storage);
+// Before a call that may store `key` reads it: makes sure its tenant has its
+// number in this database (tenants.hpp), which may wait for another
+// transaction -- never while a key lock is held.
+void number_tenant(const Storage &storage, const Key &key);
 // Registers, once per backend, the relcache callback that forgets this
 // layer's caches (see "Backend-local caches" above): one for all of them,
 // since a backend has only ten for every library it loads.

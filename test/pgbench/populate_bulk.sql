@@ -64,7 +64,7 @@ SELECT t.scope, bench_known_key(g.i), t.request, t.created_at + o.later, t.ttl,
        t.lease_expires_at, t.completed_at + o.later, t.response_status, t.recovery_point,
        jsonb_build_object('order', g.i), t.response_headers, t.tenant, t.lease,
        t.response_body_bytes, t.response_body_omitted, t.claim_data,
-       t.sweep_at, t.shard_key, idempotency.key_digest(t.scope, bench_known_key(g.i))
+       t.sweep_at, t.shard_key, idempotency.key_digest(t.tenant, t.scope, bench_known_key(g.i))
   FROM template AS t,
        generate_series(:first + :job, :last, :jobs) AS g(i),
        LATERAL (SELECT (g.i - t.i) * interval '1 second' / t.keys_per_second) AS o(later);

@@ -84,7 +84,7 @@ query(q{
 	    attempt, lease_expires_at, digest)
 	SELECT 'leased', 'leased-' || g, request_hash(g::text), now() - interval '2 days',
 	       interval '1 day', now() - interval '1 day', 'p', 3, now() + interval '1 hour',
-	       idempotency.key_digest('leased', 'leased-' || g)
+	       idempotency.key_digest('-', 'leased', 'leased-' || g)
 	  FROM generate_series(1, 10) AS g});
 
 my $kept = kept_keys();
@@ -121,7 +121,7 @@ sub add_backlog
 		SELECT 'backlog', '$round-' || g, request_hash(g::text), now() - interval '2 days',
 		       interval '1 day', now() - interval '1 day', 'c', 1, NULL, now() - interval '2 days',
 		       200, NULL, jsonb_build_object('n', g), NULL,
-		       idempotency.key_digest('backlog', '$round-' || g)
+		       idempotency.key_digest('-', 'backlog', '$round-' || g)
 		  FROM generate_series(1, $backlog) AS g;
 		COMMIT});
 	return;

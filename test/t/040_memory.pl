@@ -205,7 +205,7 @@ BEGIN
         AND request_hash_body('application/json', convert_to(doc::text, 'UTF8')) = h
         AND request_hash_body('application/json', convert_to(a, 'UTF8')) = bytes_hash
         AND idempotency_key_problem('mem', a) IS NULL
-        AND idempotency.key_digest('mem', a) IS NOT NULL) IS NOT TRUE THEN
+        AND idempotency.key_digest('-', 'mem', a) IS NOT NULL) IS NOT TRUE THEN
         RAISE EXCEPTION 'named constructors';
     END IF;
     calls := calls + 20;

@@ -108,7 +108,7 @@ for my $type (qw(bigint integer uuid))
 				sprintf(q{INSERT INTO idempotency.keys (scope, key, request, created_at, ttl, expires_at,
 				                                        status, attempt, completed_at, response_status, digest)
 				          VALUES (%1$s, %2$s, request_hash('POST /orders'::text), now(), '1 day',
-				                  now() + '1 day', 'c', 1, now(), 201, idempotency.key_digest(%1$s, %2$s))},
+				                  now() + '1 day', 'c', 1, now(), 201, idempotency.key_digest('-', %1$s, %2$s))},
 					quote($_->[0]), quote($_->[1]))
 			} @stored);
 	}
@@ -151,7 +151,7 @@ for my $type (qw(bigint integer uuid))
 		  q{INSERT INTO idempotency.keys (scope, key, request, created_at, ttl, expires_at,
 		                                  status, attempt, digest)
 		    VALUES ('tenant-x', 'k', request_hash('r'::text), now(), '1 day', now() + '1 day',
-		            'c', 1, idempotency.key_digest('tenant-x', 'k'))};
+		            'c', 1, idempotency.key_digest('-', 'tenant-x', 'k'))};
 		$workers[1]->safe_psql($db, $insert_bad_row);
 		($sqlstate, $stderr) =
 		  sql_error($coordinator, $db, q{SELECT idempotency_distribute('orders')});
