@@ -43,7 +43,10 @@ void throw_injected_fault()
 //    move, between its check that the key is completed and the call on the
 //    shard's node (citus_routing.cpp, forward_replay);
 //  * pause_before_sweep_delete (18761): the expiry sweep, between taking an
-//    expired version for itself and deleting it (store.cpp, delete_if_idle).
+//    expired version for itself and deleting it (store.cpp, delete_if_idle);
+//  * pause_before_numbering (18763): a role's first key, between its read
+//    that found the role without a number and its INSERT of one
+//    (tenants.cpp, tenant_number).
 void pause_for_test(InjectedFault at, uint64 key)
 {
     if (likely(injected_fault != at))

@@ -46,7 +46,8 @@ enum InjectedFault
     fault_pause_before_forwarded_replay,
     fault_pause_before_sweep_delete,
     fault_weak_digest,
-    fault_no_caches
+    fault_no_caches,
+    fault_pause_before_numbering
 };
 extern int injected_fault;
 // idempotency.inject_fault = no_caches turns the backend-local caches of
