@@ -1,12 +1,14 @@
-# The update to 0.5.0 stores every key under its 128-bit digest (issue 43).
-# From every earlier version, with keys in every state written by this
-# library -- which serves each older layout until ALTER EXTENSION UPDATE --
-# completed, held by a committed claim, released with a recovery point, a
-# tenant's, and a few hundred more: after the update every key answers as
-# before it; each row's digest is idempotency.key_digest's, the one way to
-# compute one; the primary key is (digest, tenant) and passes amcheck; the
+# The update to 0.5.0 stores every key under its 128-bit digest of (tenant,
+# scope, key) (issue 43).  From every earlier version, with keys in every
+# state written by this library -- which serves each older layout until
+# ALTER EXTENSION UPDATE -- completed, held by a committed claim, released
+# with a recovery point, a tenant's, one of a role dropped since, and a few
+# hundred more: after the update every key answers as before it (the dropped
+# role's is deleted, as the sweep would); each row's digest is
+# idempotency.key_digest's, the one way to compute one; the tenant has a
+# number; the primary key is the digest alone and passes amcheck; the
 # database has one secret; a dump of the updated database restores with its
-# secret, and the keys answer there.
+# secret and numbers, and the keys answer there.
 use strict;
 use warnings;
 use FindBin;
@@ -88,19 +90,32 @@ for my $from ('0.1.0', '0.2.0', '0.3.0', '0.4.0')
 	query($db, $write_keys);
 	as_tenant($db, $write_tenant_key);
 	is(query($db, $answers_sql), $expected, "$from: the keys answer before the update");
+	# A role that stored a key and was dropped since.
+	query('postgres', "CREATE ROLE gone_$db LOGIN; ALTER ROLE gone_$db SET idempotency.tenant_isolation = role");
+	query($db, "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA public TO gone_$db");
+	$node->safe_psql($db, $write_tenant_key, extra_params => [ '-U', "gone_$db" ]);
+	query($db, "REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA public FROM gone_$db");
+	query('postgres', "DROP ROLE gone_$db");
+	is(query($db, 'SELECT count(*) FROM idempotency.keys'), '305', "$from: 305 keys, one of a dropped role");
 	query($db, 'ALTER EXTENSION idempotency UPDATE');
 	is(query($db, q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
 		$version, "$from: updated to $version");
 	is(query($db, $answers_sql), $expected, "$from: every key answers after the update as before it");
 	is(as_tenant($db, $tenant_answer_sql), $expected_tenant, "$from: and the tenant's key replays for it");
+	# (0.1.0 stored a tenant's key under the scope '<role OID>/shop', which
+	# the update moves to the tenant column only for a role that exists: the
+	# dropped role's stays, untenanted.)
+	my $kept = $from eq '0.1.0' ? '305|305' : '304|304';
 	is( query($db, q{
-			SELECT count(*), count(*) FILTER (WHERE digest = idempotency.key_digest(scope, key))
+			SELECT count(*), count(*) FILTER (WHERE digest = idempotency.key_digest(tenant, scope, key))
 			  FROM idempotency.keys}),
-		'304|304', "$from: every key is stored under idempotency.key_digest's digest");
+		$kept, "$from: the dropped role's key is gone, every other key is stored under idempotency.key_digest's digest");
+	is(query($db, q{SELECT string_agg(number || '=' || role::text, ' ') FROM idempotency.tenants}),
+		'1=tenant_a', "$from: the tenant with keys is numbered, the dropped role not");
 	is( query($db, q{
-			SELECT pg_get_indexdef('idempotency.keys_pkey'::regclass) LIKE '%(digest, tenant)',
+			SELECT pg_get_indexdef('idempotency.keys_pkey'::regclass) LIKE '%USING btree (digest)',
 			       (SELECT count(*) FROM idempotency.digest_secret)}),
-		't|1', "$from: the primary key is (digest, tenant), and the database has one secret");
+		't|1', "$from: the primary key is the digest, and the database has one secret");
 	query($db, 'CREATE EXTENSION amcheck');
 	is( query($db, q{SELECT bt_index_check('idempotency.keys_pkey', true)}), '',
 		"$from: the primary key passes amcheck, every row indexed");
@@ -118,6 +133,8 @@ $node->command_ok([ 'pg_restore', '-d', $node->connstr('restored'), $dump ], 'pg
 is( query('restored', q{SELECT secret FROM idempotency.digest_secret}),
 	query('from_0_4_0', q{SELECT secret FROM idempotency.digest_secret}),
 	'the restored database has the same secret');
+is( query('restored', q{SELECT string_agg(number || '=' || role::text, ' ') FROM idempotency.tenants}),
+	'1=tenant_a', 'and the same tenant numbers');
 query('restored', 'GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA public TO tenant_a');
 is(query('restored', $answers_sql), $expected, 'restored: every key answers as before');
 is(as_tenant('restored', $tenant_answer_sql), $expected_tenant, 'restored: the tenant\'s key too');
