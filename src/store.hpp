@@ -103,7 +103,7 @@ enum Column
     // 0.3.0
     col_shard_key, // text and NULL, or the scope as the Citus tenant column's type (citus_placement.hpp)
     // 0.5.0
-    col_digest, // uuid: the key digest (key_digest.hpp); the primary key is (digest, tenant)
+    col_digest, // uuid: the key digest (key_digest.hpp), the primary key (with the shard key on Citus)
     column_count
 };
 // The columns of a table still at 0.1.0: the library of a newer version runs
@@ -115,7 +115,7 @@ constexpr int columns_0_1_0 = col_tenant;
 // update): all but shard_key, which only typed Citus tenants need.
 constexpr int columns_0_2_0 = col_shard_key;
 // The columns of a table still at 0.3.0 or 0.4.0: all but digest, with the
-// primary key on (tenant, scope, key) instead of (digest, tenant).
+// primary key on (tenant, scope, key) instead of (digest).
 constexpr int columns_0_4_0 = col_digest;
 
 constexpr char status_in_progress = 'p';
