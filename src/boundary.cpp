@@ -43,7 +43,12 @@ void throw_injected_fault()
 //    move, between its check that the key is completed and the call on the
 //    shard's node (citus_routing.cpp, forward_replay);
 //  * pause_before_sweep_delete (18761): the expiry sweep, between taking an
-//    expired version for itself and deleting it (store.cpp, delete_if_idle).
+//    expired version for itself and deleting it (store.cpp, delete_if_idle);
+//  * pause_in_lock_free_routing: a query that Citus routes to a scope's
+//    shard without the shard's metadata lock, after Citus planned it and
+//    before Citus runs it (citus_routing.cpp, run_request_plan): (18763) a
+//    begin's check that its key is completed, (18764) a forwarded replay's
+//    or read's call on the shard's node.
 void pause_for_test(InjectedFault at, uint64 key)
 {
     if (likely(injected_fault != at))

@@ -44,7 +44,8 @@ enum InjectedFault
     fault_pause_in_fallback,
     fault_pause_in_read,
     fault_pause_before_forwarded_replay,
-    fault_pause_before_sweep_delete
+    fault_pause_before_sweep_delete,
+    fault_pause_in_lock_free_routing
 };
 extern int injected_fault;
 [[noreturn]] void throw_injected_fault();

@@ -123,6 +123,14 @@ struct RoutedCall
     char *nulls;
 };
 
+// For tests (idempotency.inject_fault = pause_in_lock_free_routing): the
+// key of the pause while this backend runs a query that Citus routes to a
+// scope's shard without the shard's metadata lock, 0 otherwise.  The
+// executor's run of that query pauses first (run_request_plan): after Citus
+// planned it, before Citus runs it -- where a split that commits removes
+// the shard that Citus planned the query for.
+static uint64 lock_free_pause = 0;
+
 // Set while this backend runs a routing query: were Citus ever to run the
 // call here rather than on the shard's node, the call would forward itself
 // again; it answers IK005 instead.  Reset when the query ends, by error too.
@@ -336,6 +344,7 @@ static bool completed_record(Oid keys, Datum scope, Datum key)
                          format_type_be_qualified(current.key_type));
     Oid types[] = {TEXTOID, TEXTOID};
     Datum values[] = {scope, key};
+    lock_free_pause = 18763;
     bool found = DatumGetBool(as_owner(current.owner, [&] {
         SPI_connect();
         bool seen = SPI_execute_with_args(query.data, 2, types, values, nullptr, true, 1) ==
@@ -344,6 +353,7 @@ static bool completed_record(Oid keys, Datum scope, Datum key)
         SPI_finish();
         return BoolGetDatum(seen);
     }));
+    lock_free_pause = 0;
     pfree(query.data);
     return found;
 }
@@ -372,7 +382,9 @@ bool forward_replay(FunctionCallInfo fcinfo, Datum scope, Datum key, Datum *answ
     // In a coordinated transaction Citus runs even a read in a transaction
     // block on the shard's node, which this transaction's abort rolls back.
     citus_execution().use_coordinated_transaction();
+    lock_free_pause = 18764;
     *answer = call_on_shard_node(fcinfo, routed);
+    lock_free_pause = 0;
     // The key expired or was forgotten since it was seen completed, and the
     // begin claimed it there, in a transaction block that Citus would commit
     // without two-phase commit (Citus saw no write on it): the error rolls
@@ -400,7 +412,9 @@ uint64 forward_read(FunctionCallInfo fcinfo, Datum scope, Datum **rows)
         not_routed(placement.shard); // moved here since the read looked: retry
     RoutedCall routed = routed_call(fcinfo, keys, scope, placement, false);
     bool *nulls;
+    lock_free_pause = 18764;
     uint64 count = run_routed(routed, route_call, rows, &nulls);
+    lock_free_pause = 0;
     for (uint64 i = 0; i < count; i++)
         if (nulls[i])
             elog(ERROR, "a forwarded read gave a NULL row");
@@ -782,6 +796,12 @@ static void continue_run(void *run)
 
 static void run_request_plan(compat::ExecutorRunArgs *run)
 {
+    if (unlikely(lock_free_pause != 0))
+    {
+        uint64 key = lock_free_pause;
+        lock_free_pause = 0;
+        pause_for_test(fault_pause_in_lock_free_routing, key);
+    }
     if (run->query->plannedstmt == request_plan)
         errors_without_request_data(continue_run, run);
     else
