@@ -7,9 +7,12 @@
 
 extern "C"
 {
+#include "access/xact.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
 }
 
 namespace idempotency
@@ -135,6 +138,43 @@ void errors_without_request_data(void (*body)(void *argument), void *argument)
         rethrow_without_request_data(context);
     }
     PG_END_TRY();
+}
+
+bool absorbing(bool (*absorbed)(const ErrorData &error, void *parts), bool (*body)(void *parts),
+               void (*cleanup)(void *parts), void *parts)
+{
+    MemoryContext context = CurrentMemoryContext;
+    ResourceOwner owner = CurrentResourceOwner;
+    volatile bool kept = true;
+    ErrorData *volatile error = nullptr;
+    BeginInternalSubTransaction(nullptr);
+    MemoryContextSwitchTo(context);
+    PG_TRY();
+    {
+        kept = body(parts);
+        cleanup(parts);
+        if (kept)
+            ReleaseCurrentSubTransaction();
+        else
+            RollbackAndReleaseCurrentSubTransaction();
+    }
+    PG_CATCH();
+    {
+        cleanup(parts);
+        MemoryContextSwitchTo(context);
+        error = CopyErrorData();
+        FlushErrorState();
+        RollbackAndReleaseCurrentSubTransaction();
+    }
+    PG_END_TRY();
+    MemoryContextSwitchTo(context);
+    CurrentResourceOwner = owner;
+    if (error == nullptr)
+        return kept;
+    if (!absorbed(*error, parts))
+        ReThrowError(error);
+    FreeErrorData(error);
+    return false;
 }
 
 char *key_for_message(Datum key)
