@@ -318,7 +318,7 @@ bool tenant_number(Oid role, DigestUse use, int32 *number)
         TenantRow row = read_tenant(tenants, role);
         if (row.holder == Holder::none && use == DigestUse::write)
         {
-            pause_for_test(fault_pause_before_numbering, 18763);
+            pause_for_test(fault_pause_before_numbering, 18765);
             if (insert_tenant(tenants, role, &row.number))
                 row.holder = Holder::own;
             else
