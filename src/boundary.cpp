@@ -51,7 +51,10 @@ void throw_injected_fault()
 //    shard without the shard's metadata lock, after Citus planned it and
 //    before Citus runs it (citus_routing.cpp, run_request_plan): (18763) a
 //    begin's check that its key is completed, (18764) a forwarded replay's
-//    or read's call on the shard's node.
+//    or read's call on the shard's node;
+//  * pause_before_numbering (18765): a role's first key, between its read
+//    that found the role without a number and its INSERT of one
+//    (tenants.cpp, tenant_number).
 void pause_for_test(InjectedFault at, uint64 key)
 {
     if (likely(injected_fault != at))

@@ -45,9 +45,19 @@ enum InjectedFault
     fault_pause_in_read,
     fault_pause_before_forwarded_replay,
     fault_pause_before_sweep_delete,
-    fault_pause_in_lock_free_routing
+    fault_pause_in_lock_free_routing,
+    fault_weak_digest,
+    fault_no_caches,
+    fault_pause_before_numbering
 };
 extern int injected_fault;
+// idempotency.inject_fault = no_caches turns the backend-local caches of
+// the storage and of begin's result off, so that the differential test
+// (test/t/023) can compare every answer with them and without them.
+inline bool caches_on()
+{
+    return injected_fault != fault_no_caches;
+}
 [[noreturn]] void throw_injected_fault();
 // Holds this session at the pause `at` while another holds
 // pg_advisory_lock(key) (boundary.cpp lists the pauses).
