@@ -26,7 +26,8 @@ our @EXPORT = qw(
   lease_running sql_error wait_for_crash_restart wait_for_lease_end
   wait_for_promotion keys_text wait_for_sweeps reload_with indexes_checked
   start_pgbouncer citus_missing citus_without_exports start_citus_cluster citus_database
-  new_orders_database free_tcp_port wait_for_health log_tail
+  citus_untested_versions crash_restarts new_orders_database free_tcp_port wait_for_health
+  log_tail
 );
 
 # A byte-string JSON decoder: each byte of psql's output stays one character,
@@ -90,6 +91,20 @@ sub citus_without_exports
 	  : undef;
 }
 
+# Versions of the citus extension that the version guard must refuse on
+# PostgreSQL $major, for a test to set in pg_extension (with
+# citus.enable_version_checks off, in a transaction it rolls back): pairs of
+# the version and what it is -- a release tested on no major, and one tested
+# on another major only (a Citus release is another build on each major).
+# The tested pairs themselves are the extension's (citus_placement.cpp).
+sub citus_untested_versions
+{
+	my ($major) = @_;
+	my $other_major_only = { 15 => '14.0-1', 17 => '13.1-1', 18 => '13.2-1' }->{$major} // '13.9-1';
+	return ([ '13.9-1', 'an untested Citus version' ],
+		[ $other_major_only, "Citus $other_major_only, tested on another PostgreSQL major only" ]);
+}
+
 # Creates and starts a Citus coordinator and two workers on this machine,
 # each with the libraries preloaded (Citus first, as Citus requires) and what
 # shard moves and two-phase commit need; conf => [lines for every node],
@@ -143,10 +158,17 @@ sub citus_database
 sub new_standby
 {
 	my ($primary, $name) = @_;
+	# A slot of its own, reserving WAL from before the backup: without it a
+	# checkpoint on the primary (another standby's base backup, on a loaded
+	# machine) can remove the segment the standby starts streaming from before
+	# it connects, which the walsender reports as XX000 "requested WAL segment
+	# ... has already been removed" -- and test/run's log gate fails on it.
+	$primary->safe_psql('postgres', "SELECT pg_create_physical_replication_slot('$name', true)");
 	my $backup = "for_$name";
 	$primary->backup($backup);
 	my $standby = PostgreSQL::Test::Cluster->new($name);
 	$standby->init_from_backup($primary, $backup, has_streaming => 1);
+	$standby->append_conf('postgresql.conf', "primary_slot_name = '$name'");
 	$standby->start;
 	return $standby;
 }
@@ -348,6 +370,19 @@ sub wait_for_crash_restart
 	$node->poll_query_until('postgres', 'SELECT true')
 	  or die 'the server did not accept connections after the crash restart';
 	return;
+}
+
+# The lines of $node's server log, from $log_offset on (its size taken
+# before), that show a crash restart: a child process that died unexpectedly
+# makes the postmaster terminate every other one and reinitialise, and say
+# so; empty if none did.  (The postmaster itself lives on, so its PID and
+# pg_postmaster_start_time() stay the same across such a restart.)
+sub crash_restarts
+{
+	my ($node, $log_offset) = @_;
+	return join '', grep {
+		/terminating any other active server processes|all server processes terminated; reinitializing/
+	} split /^/m, slurp_file($node->logfile, $log_offset);
 }
 
 # Polls until the lease of the claim on (scope, key) has ended.
