@@ -51,7 +51,7 @@ sub answers { return grep { $_->[0] !~ /x/ && defined $_->[4] } @_ }
 my %columns = (
 	'answers' => 5, 'details' => 2, 'split drivers' => 2, 'sqlstate outcomes' => 2,
 	'outcomes' => 2, 'observability' => 4, 'options' => 6, 'spellings' => 4,
-	'deprecated' => 4, 'constants' => 2, 'route rules' => 3, 'route examples' => 3);
+	'deprecated' => 4, 'constants' => 2, 'representation headers' => 2, 'route rules' => 3, 'route examples' => 3);
 
 sub read_protocol
 {
@@ -313,7 +313,8 @@ sub node
 	push @l, '  }),', '  // Old spellings still taken: old -> option.', '  DEPRECATED: f({';
 	push @l, sprintf("    %s: %s,", $_->[1], js(spelling($p, 'node', option($p, $_->[2]))))
 	  for grep { $_->[0] eq 'node' } @{ $p->{deprecated} };
-	push @l, '  }),', '  CONSTANTS: f({';
+	push @l, '  }),', sprintf('  REPRESENTATION_HEADERS: f(%s),', js([ map { $_->[0] } @{ $p->{'representation headers'} } ])),
+	  '  CONSTANTS: f({';
 	push @l, sprintf("    %s: %s,", camel($_->[0]), js($_->[1])) for @{ $p->{constants} };
 	push @l, '  }),', '  // syntax -> [[regular expression, replacement], ...], applied in order, globally.',
 	  '  ROUTE_RULES: f({';
@@ -415,6 +416,7 @@ sub python
 	  for grep { $_->[0] eq 'python' } @{ $p->{deprecated} };
 	push @l, '}', '';
 	push @l, sprintf('%s = %s', upper($_->[0]), py($_->[1])) for @{ $p->{constants} };
+	push @l, sprintf('REPRESENTATION_HEADERS: Tuple[str, ...] = %s', py([ map { $_->[0] } @{ $p->{'representation headers'} } ]));
 	push @l, '', '# syntax -> ((regular expression, replacement), ...), applied in order, globally.',
 	  'ROUTE_RULES: Dict[str, Tuple[Tuple[str, str], ...]] = {';
 	for my $syntax (syntaxes($p))
@@ -499,6 +501,8 @@ sub go
 	push @l, '', '// optionNames are Options\' fields that the protocol names.',
 	  'var optionNames = ' . golang([ map { spelling($p, 'go', $_) } options_of($p, 'go') ]), '';
 	push @l, go_block('const', map { [ camel($_->[0]), golang($_->[1]) ] } @{ $p->{constants} });
+	push @l, '', '// representationHeaders are stored and replayed whatever StoredHeaders names.',
+	  'var representationHeaders = ' . golang([ map { $_->[0] } @{ $p->{'representation headers'} } ]);
 	push @l, '', '// routeRules maps a syntax to its [regular expression, replacement] pairs, applied in',
 	  '// order, globally.', 'var routeRules = map[string][][2]string{';
 	for my $syntax (syntaxes($p))
@@ -584,6 +588,8 @@ sub java
 	push @l, sprintf('    /** The builder\'s methods the protocol names. */'),
 	  sprintf('    static final List<String> OPTIONS = %s;', java_value([ map { spelling($p, 'java', $_) } options_of($p, 'java') ])), '';
 	push @l, sprintf('    static final String %s = %s;', upper($_->[0]), java_value($_->[1])) for @{ $p->{constants} };
+	push @l, '    /** Stored and replayed whatever storedHeaders names. */',
+	  sprintf('    static final List<String> REPRESENTATION_HEADERS = %s;', java_value([ map { $_->[0] } @{ $p->{'representation headers'} } ]));
 	push @l, '', '    /** syntax -> [regular expression, replacement] pairs, applied in order, globally. */',
 	  '    static final Map<String, List<List<String>>> ROUTE_RULES = Map.of(';
 	my @syntaxes = syntaxes($p);

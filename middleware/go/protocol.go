@@ -96,6 +96,9 @@ const (
 	scopePerRouteNoTenant = "{method} {route}"
 )
 
+// representationHeaders are stored and replayed whatever StoredHeaders names.
+var representationHeaders = []string{"Content-Encoding", "Vary"}
+
 // routeRules maps a syntax to its [regular expression, replacement] pairs, applied in
 // order, globally.
 var routeRules = map[string][][2]string{

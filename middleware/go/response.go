@@ -105,11 +105,12 @@ func replay(status int, headers sql.NullString, body []byte) *response {
 	return &response{status: status, header: h, body: body}
 }
 
-// storedHeaders is the jsonb of the response headers to store: those named, a string
-// each, or an array of strings for a repeated field.
+// storedHeaders is the jsonb of the response headers to store: those named and the
+// protocol's representation headers, a string each, or an array of strings for a
+// repeated field.
 func storedHeaders(h http.Header, names []string) (string, error) {
 	stored := map[string]interface{}{}
-	for _, name := range names {
+	for _, name := range append(append([]string{}, names...), representationHeaders...) {
 		values := h.Values(name)
 		switch len(values) {
 		case 0:

@@ -16,8 +16,11 @@
 // rules, the SQL -- is src/protocol.txt's, generated into protocol.js.
 const {
   ANSWERS, SPLIT_DRIVERS, SQLSTATE_ANSWERS, DEFAULTS: SHARED, DEPRECATED, CONSTANTS,
-  ROUTE_RULES, SQL,
+  ROUTE_RULES, SQL, REPRESENTATION_HEADERS,
 } = require('./protocol');
+
+// Stored whatever storedHeaders names: the coding of the stored body and what it varies by.
+const REPRESENTATION = REPRESENTATION_HEADERS.map((h) => h.toLowerCase());
 
 // The body limit when none is given (Fastify: the route's bodyLimit first).
 const MAX_REQUEST_BYTES = SHARED.maxRequestBytes;
@@ -230,7 +233,8 @@ function unclaimed(row) {
 async function complete(client, request, response, options, attempt, transaction) {
   const headers = {};
   for (const [name, value] of Object.entries(response.headers)) {
-    if (options.storedHeaders.includes(name.toLowerCase())) headers[name.toLowerCase()] = String(value);
+    const lower = name.toLowerCase();
+    if (options.storedHeaders.includes(lower) || REPRESENTATION.includes(lower)) headers[lower] = String(value);
   }
   const { rows } = await query(client, 'complete', {
     transaction, scope: request.scope, key: request.key, status: response.status,

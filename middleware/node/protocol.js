@@ -69,6 +69,7 @@ module.exports = f({
     maxBodyBytes: 'maxRequestBytes',
     perRoute: 'scopePerRoute',
   }),
+  REPRESENTATION_HEADERS: f(['Content-Encoding', 'Vary']),
   CONSTANTS: f({
     replayedHeader: 'Idempotent-Replayed',
     problemContentType: 'application/problem+json',

@@ -7,6 +7,7 @@ Speaks plain HTTP to the server and reads the database only to hold the handlers
 "N passed, N failed"; exits 1 when any check failed.
 """
 import argparse
+import gzip
 import http.client
 import json
 import threading
@@ -343,6 +344,42 @@ class Suite:
                    and self.is_replay_of(retry, first) and self.orders(item) == 1,
                    "a streamed response is stored and replayed byte for byte", first, retry)
 
+    def compression(self):
+        """/compressed/orders is behind the setup's usual compression, in its natural order
+        (inside the middleware, or outside it): whichever coding a client accepts, a replay
+        decodes to the first body."""
+        def decoded(answer):
+            coding = answer.headers.get("content-encoding", "identity").lower()
+            try:
+                body = gzip.decompress(answer.body) if coding in ("gzip", "x-gzip") else \
+                    answer.body if coding == "identity" else None
+            except (OSError, EOFError):
+                body = None
+            return Answer(answer.status, answer.headers, body or b"", answer.error)
+
+        def varies(answer):
+            vary = answer.headers.get("vary", "").lower()
+            return "content-encoding" not in answer.headers or "accept-encoding" in vary
+
+        key, item = self.fresh("key"), self.fresh("item")
+        body = {"item": item, "size": 4000}
+        first = self.post("/compressed/orders", body, key, headers={"Accept-Encoding": "gzip"})
+        plain = self.post("/compressed/orders", body, key, headers={"Accept-Encoding": "identity"})
+        coded = self.post("/compressed/orders", body, key, headers={"Accept-Encoding": "gzip"})
+        print(f"# the replays' Content-Encoding: {plain.headers.get('content-encoding', 'none')},"
+              f" {coded.headers.get('content-encoding', 'none')}", flush=True)
+        self.check(first.headers.get("content-encoding") == "gzip"
+                   and self.is_first(decoded(first)) and varies(first),
+                   "compression: a client that accepts gzip is sent gzip, with Vary: Accept-Encoding",
+                   first)
+        self.check(all(a.replayed() and a.status == first.status and varies(a)
+                       and decoded(a).body == decoded(first).body
+                       and a.headers.get("location") == first.headers.get("location")
+                       for a in (plain, coded)) and self.orders(item) == 1,
+                   "compression: a replay decodes to the first body, to a client that accepts no "
+                   "coding and to one that accepts gzip, and names its coding in Vary", plain, coded,
+                   f"orders: {self.orders(item)}")
+
     def failures(self):
         for how in ("sync", "async"):
             key, item = self.fresh("key"), self.fresh("item")
@@ -629,7 +666,7 @@ class Suite:
     def run(self):
         for case in (self.first_answer_and_replay, self.keys, self.key_bytes, self.another_request,
                      self.json_bodies, self.content_type_bytes, self.in_flight, self.waiting,
-                     self.large_responses, self.streamed_response, self.failures,
+                     self.large_responses, self.streamed_response, self.compression, self.failures,
                      self.database_error, self.split_transaction, self.parser_first, self.tenants,
                      self.options_two_phase, self.options_body_limit, self.options_per_route,
                      self.options_moved, self.options_server_errors, self.options_methods,

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	_ "github.com/jackc/pgx/v4/stdlib"
 	_ "github.com/lib/pq"
 	idempotency "github.com/pg-idempotency/idempotency/middleware/go"
@@ -42,6 +43,11 @@ func main() {
 	// Go has no body parser to place before the middleware: the same as /orders.
 	mux.Handle("/parsed/orders", protect(order))
 	mux.Handle("/options/", optionsApp(db))
+	// chi's Compress inside the middleware, which then holds gzip bytes for a client that
+	// accepts them.
+	compressed := chi.NewRouter()
+	compressed.With(protect, middleware.Compress(5)).Post("/compressed/orders", order)
+	mux.Handle("/compressed/", compressed)
 	log.Fatal(http.ListenAndServe(os.Args[2], mux))
 }
 

@@ -40,6 +40,10 @@ public final class ConformanceApp {
         tomcat.setHostname("127.0.0.1");
         tomcat.setPort(Integer.parseInt(args[0]));
         tomcat.getConnector().setProperty("address", "127.0.0.1");
+        // Compression where a servlet container does it, in the connector: outside every
+        // filter, so the filter stores the servlet's own bytes and a replay is compressed
+        // again for a client that accepts gzip (/compressed/orders).
+        tomcat.getConnector().setProperty("compression", "on");
         Context context = tomcat.addContext("", null);
         context.addServletContainerInitializer((classes, servletContext) ->
             routes(servletContext, database), null);
@@ -61,12 +65,12 @@ public final class ConformanceApp {
             chain.doFilter(request, response);
         }).addMappingForUrlPatterns(null, true, "/parsed/orders");
         context.addFilter("idempotency", IdempotencyFilter.builder(database).tenant(tenant).build())
-            .addMappingForUrlPatterns(null, true, "/orders", "/refunds", "/parsed/orders");
+            .addMappingForUrlPatterns(null, true, "/orders", "/refunds", "/parsed/orders", "/compressed/orders");
         context.addFilter("waiting", IdempotencyFilter.builder(database).tenant(tenant)
             .waitFor(Duration.ofSeconds(30)).build())
             .addMappingForUrlPatterns(null, true, "/waiting/orders");
         context.addServlet("orders", new Orders())
-            .addMapping("/orders", "/refunds", "/waiting/orders", "/parsed/orders");
+            .addMapping("/orders", "/refunds", "/waiting/orders", "/parsed/orders", "/compressed/orders");
         // The options application: a servlet mapping has no parameters, so the route hook
         // names the route as JAX-RS would ("/options/orders/{id: \d+}").
         context.addFilter("options", IdempotencyFilter.builder(database).tenant(tenant)

@@ -59,8 +59,9 @@ function pieces(text, count = 3) {
 
 // Express: the middleware on each route, the insert (async: a rejection in Express 4 is
 // the middleware's to catch) and the answer (sync: a throw is Express's to catch) as two
-// handlers; /parsed/orders has express.json() first.
-function expressApp({ express, idempotency, pool, table = 'orders', options = {} }) {
+// handlers; /parsed/orders has express.json() first; /compressed/orders has compression()
+// after the middleware, which then holds gzip bytes (where `compression` is given).
+function expressApp({ express, idempotency, pool, table = 'orders', options = {}, compression = null }) {
   const app = express();
   const protect = idempotency(pool, { tenant, ...options });
   const waiting = idempotency(pool, { tenant, ...options, wait: 30 });
@@ -82,6 +83,7 @@ function expressApp({ express, idempotency, pool, table = 'orders', options = {}
   app.post('/refunds', protect, insert, answer);
   app.post('/waiting/orders', waiting, insert, answer);
   app.post('/parsed/orders', express.json(), protect, insert, answer);
+  if (compression) app.post('/compressed/orders', protect, compression(), insert, answer);
   // The options application: a PATCH passes through the middleware, and express.json()
   // after it parses its body (a protected request's body the middleware parsed already).
   const optionsProtect = idempotency(pool, { tenant, ...OPTIONS });
@@ -99,8 +101,9 @@ function expressApp({ express, idempotency, pool, table = 'orders', options = {}
 
 // Fastify: the plugin for the whole app, /waiting/orders with its own options in the
 // route's config; the insert as the route's preHandler (async), the answer as its handler
-// (sync), a stream as a Readable.
-function fastifyApp({ Fastify, fastifyIdempotency, pool, table = 'orders', options = {} }) {
+// (sync), a stream as a Readable; /compressed/orders in a context of its own with
+// @fastify/compress, registered after the middleware as a plugin is (where `compress` is given).
+function fastifyApp({ Fastify, fastifyIdempotency, pool, table = 'orders', options = {}, compress = null }) {
   const app = Fastify();
   const orders = new WeakMap();
   app.register(fastifyIdempotency, { pool, tenant, ...options });
@@ -121,6 +124,12 @@ function fastifyApp({ Fastify, fastifyIdempotency, pool, table = 'orders', optio
   app.get('/health', async () => ({ ok: true }));
   for (const url of ['/orders', '/refunds', '/parsed/orders']) app.post(url, { preHandler: insert }, answer);
   app.post('/waiting/orders', { preHandler: insert, config: { idempotency: { wait: 30 } } }, answer);
+  if (compress) {
+    app.register(async (compressed) => {
+      await compressed.register(compress, { global: true });
+      compressed.post('/compressed/orders', { preHandler: insert }, answer);
+    });
+  }
   // The options application: its options in each route's config.
   const optionsAnswer = async (request, reply) => {
     const { status, location, id, text } = await optionsOrder(request.idempotency ? request.idempotency.client : pool,

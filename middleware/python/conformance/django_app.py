@@ -20,7 +20,10 @@ settings.configure(
                 "django.middleware.common.CommonMiddleware",
                 "django.middleware.clickjacking.XFrameOptionsMiddleware",
                 "django_app.ParsedFirst",
-                "pg_idempotency.django.IdempotencyMiddleware"],
+                "pg_idempotency.django.IdempotencyMiddleware",
+                # After it, so inside it: it compresses what a client that accepts gzip is
+                # sent (/compressed/orders), and the middleware stores those bytes.
+                "django.middleware.gzip.GZipMiddleware"],
     DATABASES={"default": {"ENGINE": "django.db.backends.postgresql",
                            "NAME": os.environ.get("PGDATABASE", ""),
                            "HOST": os.environ.get("PGHOST", ""),
@@ -78,7 +81,7 @@ from pg_idempotency.django import route_options  # noqa: E402 - after django.set
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 
 urlpatterns = [path("health", health)] + [
-    path(route, make_order()) for route in ("orders", "refunds", "parsed/orders")] + [
+    path(route, make_order()) for route in ("orders", "refunds", "parsed/orders", "compressed/orders")] + [
     path("waiting/orders", route_options(wait=30)(make_order())),
     path("options/orders/<int:id>", route_options(**OPTIONS)(options_order)),
     path("options/refunds/<int:id>", route_options(**OPTIONS)(options_order))]

@@ -8,12 +8,16 @@ from typing import Any, Dict
 
 from fastapi import Body, FastAPI, Request
 from fastapi.responses import Response
+from starlette.middleware.gzip import GZipMiddleware
 
 from orders import (GATE, INSERT, OPTIONS, SPLIT, asgi_response, fail_if_asked, options_answer,
                     options_first, options_headers, options_order_on, order_on, tenant)
 from pg_idempotency.starlette import IdempotencyMiddleware, route_options
 
 app = FastAPI()
+# Added before the idempotency middleware, so inside it: it compresses what a client that
+# accepts gzip is sent (/compressed/orders), and the middleware stores those bytes.
+app.add_middleware(GZipMiddleware)
 
 
 @app.get("/health")
@@ -86,7 +90,7 @@ else:
         status, body = options_answer(idem, number, data, recovered)
         return Response(body, status, options_headers(number), media_type="application/json")
 
-for path in ("/orders", "/refunds", "/parsed/orders"):
+for path in ("/orders", "/refunds", "/parsed/orders", "/compressed/orders"):
     app.post(path)(make_order())
 app.post("/waiting/orders")(route_options(wait=30)(make_order()))
 app.api_route("/options/orders/{id}", methods=["POST", "PUT", "PATCH"])(

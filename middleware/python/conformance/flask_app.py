@@ -1,6 +1,7 @@
 """The conformance application on Flask (gunicorn, threads), psycopg 3 or psycopg2 as
 CONFORMANCE_DRIVER says."""
 import functools
+import gzip
 import json
 import os
 
@@ -23,6 +24,19 @@ else:
         return psycopg.connect("")
 
 app = Flask(__name__)
+
+
+@app.after_request
+def compress(response):
+    """On /compressed/orders, gzip for a client that accepts it, where a Flask compression
+    extension (flask-compress) does: after the view and so outside the view's decorator, which
+    stores the view's own bytes; a replay is compressed again as the first answer was."""
+    if (request.path == "/compressed/orders" and "gzip" in request.headers.get("Accept-Encoding", "")
+            and not response.direct_passthrough and "Content-Encoding" not in response.headers):
+        response.set_data(gzip.compress(response.get_data()))
+        response.headers["Content-Encoding"] = "gzip"
+        response.vary.add("Accept-Encoding")
+    return response
 
 
 @app.get("/health")
@@ -52,7 +66,8 @@ def parsed_first(view):
 
 for path, wrap, options in (("/orders", None, {}), ("/refunds", None, {}),
                             ("/waiting/orders", None, {"wait": 30}),
-                            ("/parsed/orders", parsed_first, {})):
+                            ("/parsed/orders", parsed_first, {}),
+                            ("/compressed/orders", None, {})):
     view = idempotent(connect, tenant=tenant, **options)(order)
     app.add_url_rule(path, endpoint=path, view_func=wrap(view) if wrap else view,
                      methods=["POST"])

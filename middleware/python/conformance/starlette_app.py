@@ -7,6 +7,7 @@ import psycopg
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
@@ -52,9 +53,12 @@ async def options_order(request):
 app = Starlette(
     routes=[Route("/health", health)]
     + [Route(path, make_order(), methods=["POST"])
-       for path in ("/orders", "/refunds", "/parsed/orders")]
+       for path in ("/orders", "/refunds", "/parsed/orders", "/compressed/orders")]
     + [Route("/waiting/orders", route_options(wait=30)(make_order()), methods=["POST"]),
        Route("/options/orders/{id:int}", options_order, methods=["POST", "PUT", "PATCH"]),
        Route("/options/refunds/{id:int}", options_order, methods=["POST"])],
+    # GZipMiddleware inside the idempotency middleware: it compresses what a client that
+    # accepts gzip is sent (/compressed/orders), and the middleware stores those bytes.
     middleware=[Middleware(IdempotencyMiddleware, connect=lambda: psycopg.connect(""),
-                           tenant=tenant)])
+                           tenant=tenant),
+                Middleware(GZipMiddleware)])

@@ -425,7 +425,7 @@ def complete_query(scope: str, key: str, response: Response, options: "Options[A
     begin's server transaction (None: not checked, in two-phase mode, where they differ by
     design).  The statement turns idempotency.store_server_errors on for its transaction
     first, so that a 5xx (which only Options.store_server_errors sends here) is stored."""
-    wanted = {name.lower() for name in options.stored_headers}
+    wanted = {name.lower() for name in (*options.stored_headers, *protocol.REPRESENTATION_HEADERS)}
     headers: Dict[str, Any] = {}
     for name, value in response.headers:
         if name.lower() in wanted:

@@ -82,6 +82,7 @@ PROBLEM_CONTENT_TYPE = "application/problem+json"
 PROBLEM_TYPE = "about:blank"
 SCOPE_PER_ROUTE = "{tenant} {method} {route}"
 SCOPE_PER_ROUTE_NO_TENANT = "{method} {route}"
+REPRESENTATION_HEADERS: Tuple[str, ...] = ("Content-Encoding", "Vary")
 
 # syntax -> ((regular expression, replacement), ...), applied in order, globally.
 ROUTE_RULES: Dict[str, Tuple[Tuple[str, str], ...]] = {

@@ -22,6 +22,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.function.BiConsumer;
 import java.util.regex.Pattern;
+import java.util.stream.Stream;
 import javax.naming.InitialContext;
 import javax.naming.NamingException;
 import javax.sql.DataSource;
@@ -185,7 +186,7 @@ public final class IdempotencyFilter implements Filter {
         }
         byte[] body = captured.body();
         Answer instead = course.finish(captured.getStatus(),
-            captured.headers(options.storedHeaders()), body, captured.oversized());
+            captured.headers(storedAndRepresentation(options.storedHeaders())), body, captured.oversized());
         if (instead != null) {
             response.reset();
             send(response, instead);
@@ -193,6 +194,16 @@ public final class IdempotencyFilter implements Filter {
             response.setContentLengthLong(body.length);
             response.getOutputStream().write(body);
         }
+    }
+
+    /** The protocol's representation headers, in lower case as the stored headers' names are. */
+    private static final List<String> REPRESENTATION_HEADERS = Protocol.REPRESENTATION_HEADERS.stream()
+        .map(name -> name.toLowerCase(Locale.ROOT)).toList();
+
+    /** The headers stored: those named, and the representation headers whatever is named. */
+    private static List<String> storedAndRepresentation(List<String> named) {
+        return Stream.concat(named.stream(), REPRESENTATION_HEADERS.stream())
+            .distinct().toList();
     }
 
     private static void send(HttpServletResponse response, Answer answer) throws IOException {

@@ -95,6 +95,8 @@ final class Protocol {
     static final String PROBLEM_TYPE = "about:blank";
     static final String SCOPE_PER_ROUTE = "{tenant} {method} {route}";
     static final String SCOPE_PER_ROUTE_NO_TENANT = "{method} {route}";
+    /** Stored and replayed whatever storedHeaders names. */
+    static final List<String> REPRESENTATION_HEADERS = List.of("Content-Encoding", "Vary");
 
     /** syntax -> [regular expression, replacement] pairs, applied in order, globally. */
     static final Map<String, List<List<String>>> ROUTE_RULES = Map.of(
