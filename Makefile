@@ -99,7 +99,7 @@ prove_installcheck:
 	$(prove_installcheck)
 endif
 
-.PHONY: test demo bench bench-cost bench-expiry bench-scale bench-citus fuzz sanitize test-cassert errcodes errcodes-check \
+.PHONY: test demo bench bench-cost bench-expiry bench-scale bench-citus fuzz sanitize test-cassert protocol protocol-check errcodes errcodes-check \
         dist release
 # `make test` tests the PostgreSQL that PG_CONFIG names (default: the host's
 # Debian PostgreSQL 15).  `make test PG=N` tests PostgreSQL N: the host's own
@@ -129,13 +129,16 @@ bench-scale:
 	bash test/pgbench/scale
 bench-citus:
 	bash test/pgbench/citus
-# The files generated from src/errcodes.txt (the C++ constants, each middleware
-# package's SQLSTATE map), and the check that they and doc/reference.md agree
-# with it (test/t/032_errcodes.pl runs it in make test).
-errcodes:
-	perl src/errcodes.pl
-errcodes-check:
-	perl src/errcodes.pl --check
+# The files generated from src/errcodes.txt and src/protocol.txt (the C++
+# constants; each middleware package's SQLSTATE map, answers, defaults, option
+# names, route rules and SQL), and the check that they, doc/reference.md's
+# table of errors and middleware/README.md's tables agree with the two lists
+# (test/t/032_errcodes.pl runs it in make test).  errcodes and errcodes-check
+# are their former names.
+protocol errcodes:
+	perl src/protocol.pl
+protocol-check errcodes-check:
+	perl src/protocol.pl --check
 # Not part of `make test`: libFuzzer on the pure C++ byte formats of
 # request_hash (FUZZ_SECONDS per harness, default 20); see test/fuzz/run.
 fuzz:

@@ -1,4 +1,4 @@
-// Generated from src/errcodes.txt by src/errcodes.pl (make errcodes): do not edit.
+// Generated from src/errcodes.txt by src/protocol.pl (make protocol): do not edit.
 #pragma once
 
 #include "pg.hpp"

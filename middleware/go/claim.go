@@ -89,7 +89,9 @@ func (c *Claim) Checkpoint(ctx context.Context, recoveryPoint string) error {
 	if c.tx == nil {
 		return sql.ErrTxDone
 	}
-	if _, err := c.tx.ExecContext(ctx, checkpointSQL, c.scope, c.key, recoveryPoint, c.attempt); err != nil {
+	if _, err := c.tx.ExecContext(ctx, checkpointSQL, args(checkpointParams, map[string]interface{}{
+		"scope": c.scope, "key": c.key, "recovery_point": recoveryPoint, "attempt": c.attempt,
+	})...); err != nil {
 		return err
 	}
 	err := c.tx.Commit()
@@ -103,19 +105,17 @@ func (c *Claim) Checkpoint(ctx context.Context, recoveryPoint string) error {
 }
 
 // complete stores the response with idempotency_complete and commits it with the
-// handler's writes (a request run unprotected has nothing to store).
+// handler's writes (a request run unprotected has nothing to store). The protocol's
+// statement turns idempotency.store_server_errors on for its transaction first, so that a
+// 5xx (which only Options.StoreServerErrors sends here) is stored; it completes only in
+// the server transaction begin ran in (c.transaction; NULL in two-phase mode, where they
+// differ by design), and is NULL otherwise: a pooler split the request's transaction.
 func (c *Claim) complete(answer *response, o Options) error {
 	if c.tx == nil {
 		return sql.ErrTxDone
 	}
 	if c.key == "" {
 		return c.tx.Commit()
-	}
-	if answer.status >= 500 {
-		// Options.StoreServerErrors: the server stores a 5xx only with its setting on.
-		if _, err := c.tx.ExecContext(c.ctx, storeServerErrorsSQL); err != nil {
-			return err
-		}
 	}
 	headers, err := storedHeaders(answer.header, o.StoredHeaders)
 	if err != nil {
@@ -126,8 +126,10 @@ func (c *Claim) complete(answer *response, o Options) error {
 		transaction = c.transaction
 	}
 	var stored sql.NullBool
-	if err := c.tx.QueryRowContext(c.ctx, completeSQL, c.scope, c.key, answer.status, headers,
-		nonNil(answer.body), c.attempt, transaction).Scan(&stored); err != nil {
+	if err := c.tx.QueryRowContext(c.ctx, completeSQL, args(completeParams, map[string]interface{}{
+		"transaction": transaction, "scope": c.scope, "key": c.key, "status": answer.status,
+		"headers": headers, "body": nonNil(answer.body), "attempt": c.attempt,
+	})...).Scan(&stored); err != nil {
 		return err
 	}
 	if !stored.Valid {
@@ -153,7 +155,9 @@ func (c *Claim) abandon(errorLog *log.Logger) {
 	// release must still reach the server.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := c.session.ExecContext(ctx, releaseSQL, c.scope, c.key, c.attempt); err != nil && sqlstate(err) != "IK003" {
+	if _, err := c.session.ExecContext(ctx, releaseSQL, args(releaseParams, map[string]interface{}{
+		"scope": c.scope, "key": c.key, "attempt": c.attempt,
+	})...); err != nil && sqlstate(err) != "IK003" {
 		// Its lease ends by itself; IK003: a newer attempt holds it already.
 		errorLog.Printf("idempotency: releasing a claim failed, its lease will end by itself: %v", err)
 	}

@@ -25,6 +25,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -64,9 +65,11 @@ type Options struct {
 	// the tenant column's value (doc/citus.md). An error answers 500 and runs nothing.
 	Scope func(*http.Request) (string, error)
 	// Route names the route a request was routed to, a part of its fingerprint (and of
-	// its scope with ScopePerRoute). Default: the ServeMux pattern that matched it, less
-	// its method (Go 1.23 and later, where http.Request has Pattern), else the path. With
-	// chi: chi.RouteContext(r.Context()).RoutePattern(); with gorilla/mux:
+	// its scope with ScopePerRoute), as a pattern that the package puts in its canonical
+	// form (middleware/README.md: "{id}" for "{id:[0-9]+}", "*" for "{rest...}"), the same
+	// in every package. Default: the ServeMux pattern that matched it, less its method (Go
+	// 1.23 and later, where http.Request has Pattern), else the path. With chi:
+	// chi.RouteContext(r.Context()).RoutePattern(); with gorilla/mux:
 	// mux.CurrentRoute(r).GetPathTemplate().
 	Route func(*http.Request) string
 	// Methods are the methods protected; requests of others pass through untouched.
@@ -86,20 +89,23 @@ type Options struct {
 	ErrorLog *log.Logger
 }
 
-const defaultMaxRequestBytes = 1 << 20
-
+// withDefaults fills in the defaults of src/protocol.txt (protocol.go) and the route:
+// the hook's pattern in its canonical form.
 func (o Options) withDefaults() Options {
 	if o.Header == "" {
-		o.Header = "Idempotency-Key"
+		o.Header = defaultHeader
 	}
 	if o.StoredHeaders == nil {
-		o.StoredHeaders = []string{"Content-Type", "Location"}
+		o.StoredHeaders = defaultStoredHeaders
 	}
 	if o.Route == nil {
 		o.Route = defaultRoute
+	} else {
+		hook := o.Route
+		o.Route = func(r *http.Request) string { return canonicalRoute("brace", hook(r)) }
 	}
 	if o.Methods == nil {
-		o.Methods = []string{http.MethodPost, http.MethodPatch}
+		o.Methods = defaultMethods
 	}
 	if o.MaxRequestBytes <= 0 {
 		o.MaxRequestBytes = defaultMaxRequestBytes
@@ -110,16 +116,52 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// defaultRoute is the ServeMux pattern without its method where the Go release records
-// it (muxPattern), else the path as sent.
+// defaultRoute is the ServeMux pattern without its method, in its canonical form, where
+// the Go release records it (muxPattern), else the path as sent.
 func defaultRoute(r *http.Request) string {
 	if pattern := muxPattern(r); pattern != "" {
 		if space := strings.IndexAny(pattern, " \t"); space >= 0 {
-			return strings.TrimLeft(pattern[space:], " \t")
+			pattern = strings.TrimLeft(pattern[space:], " \t")
 		}
-		return pattern
+		return canonicalRoute("brace", pattern)
 	}
 	return r.URL.EscapedPath()
+}
+
+// compiledRules are routeRules (protocol.go), compiled.
+var compiledRules = func() map[string][]*regexp.Regexp {
+	compiled := map[string][]*regexp.Regexp{}
+	for syntax, rules := range routeRules {
+		for _, rule := range rules {
+			compiled[syntax] = append(compiled[syntax], regexp.MustCompile(rule[0]))
+		}
+	}
+	return compiled
+}()
+
+// canonicalRoute is a route pattern in its canonical form (src/protocol.txt, "route
+// rules"): "brace" for ServeMux, chi, gorilla/mux and what a Route hook returns.
+func canonicalRoute(syntax, pattern string) string {
+	for i, rule := range compiledRules[syntax] {
+		pattern = rule.ReplaceAllString(pattern, routeRules[syntax][i][1])
+	}
+	return pattern
+}
+
+// latin1 is a header's or a query string's bytes a character each (ISO-8859-1), as the
+// other packages' servers hand them over: valid text whatever the bytes, the same text in
+// every package.
+func latin1(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			runes := make([]rune, len(s))
+			for j := 0; j < len(s); j++ {
+				runes[j] = rune(s[j])
+			}
+			return string(runes)
+		}
+	}
+	return s
 }
 
 // Middleware returns middleware that makes the requests of options.Methods that it wraps
@@ -156,18 +198,18 @@ func (m *middleware) answer(r *http.Request) *response {
 	keys := r.Header.Values(m.options.Header)
 	if len(keys) == 0 {
 		if !m.options.KeyOptional {
-			return problem(http.StatusBadRequest, fmt.Sprintf("The %s header is required", m.options.Header), "", 0)
+			return answer(answerKeyRequired, map[string]interface{}{"header": m.options.Header})
 		}
 		return m.unprotected(r)
 	}
 	// The key is the header's bytes, as UTF-8 text, in every package of the project.
 	if !utf8.ValidString(keys[0]) {
-		return problem(http.StatusBadRequest, keyNotUTF8, "", 0)
+		return answer(answerKeyNotUTF8, map[string]interface{}{"header": m.options.Header})
 	}
 	scope, err := m.scope(r)
 	if err != nil {
 		m.options.ErrorLog.Printf("idempotency: the tenant or scope hook failed: %v", err)
-		return problem(http.StatusInternalServerError, "The tenant or scope hook failed", "", 0)
+		return answer(answerHookFailed, nil)
 	}
 	lease := m.options.Lease
 	var session session = m.db
@@ -213,8 +255,7 @@ func (m *middleware) answer(r *http.Request) *response {
 // the middleware has read it already.
 func (m *middleware) readBody(r *http.Request) ([]byte, *response) {
 	limit := m.options.MaxRequestBytes
-	tooLarge := problem(http.StatusRequestEntityTooLarge, "The request body is too large",
-		fmt.Sprintf("The request body is over %d bytes, the limit of this endpoint.", limit), 0)
+	tooLarge := answer(answerBodyTooLarge, map[string]interface{}{"limit": limit, "option": "MaxRequestBytes"})
 	if r.ContentLength > limit {
 		return nil, tooLarge
 	}
@@ -227,15 +268,14 @@ func (m *middleware) readBody(r *http.Request) ([]byte, *response) {
 		case errors.As(err, &over) || int64(len(body)) > limit:
 			return nil, tooLarge
 		case err != nil:
-			return nil, problem(http.StatusBadRequest, "The request body could not be read", "", 0)
+			return nil, answer(answerBodyUnreadable, nil)
 		}
 	}
 	// net/http fails a body shorter than its Content-Length: a shorter one was read.
 	if r.ContentLength > 0 && int64(len(body)) != r.ContentLength {
-		const fix = "The request body was read before the idempotency middleware: " +
-			"place the middleware before whatever reads the body."
-		m.options.ErrorLog.Print("idempotency: ", fix)
-		return nil, problem(http.StatusInternalServerError, "Internal Server Error", fix, 0)
+		const fix = "Place the idempotency middleware before whatever reads the request body."
+		m.options.ErrorLog.Print("idempotency: the request body was read before the middleware. ", fix)
+		return nil, answer(answerBodyReadBefore, map[string]interface{}{"fix": fix})
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	return body, nil
@@ -259,11 +299,11 @@ func (m *middleware) scope(r *http.Request) (scope string, err error) {
 		}
 	}
 	if m.options.ScopePerRoute {
-		perRoute := r.Method + " " + m.options.Route(r)
-		if m.options.Tenant != nil {
-			perRoute = tenant + " " + perRoute
+		values := map[string]interface{}{"tenant": tenant, "method": r.Method, "route": m.options.Route(r)}
+		if m.options.Tenant == nil {
+			return render(scopePerRouteNoTenant, values), nil
 		}
-		return perRoute, nil
+		return render(scopePerRoute, values), nil
 	}
 	return tenant, nil
 }
@@ -271,9 +311,11 @@ func (m *middleware) scope(r *http.Request) (scope string, err error) {
 // fingerprint is the parts of request_hash_parts(method, route, path, query string, body),
 // the body hashed by the server's rule for every package (request_hash_body, which
 // reads the content type): one request has one fingerprint whichever package serves it.
+// The query string and the content type are their bytes a character each, as every
+// package passes them (latin1).
 func (m *middleware) fingerprint(r *http.Request, body []byte) fingerprint {
 	return fingerprint{method: r.Method, route: m.options.Route(r), path: r.URL.EscapedPath(),
-		query: r.URL.RawQuery, contentType: r.Header.Get("Content-Type"), body: body}
+		query: latin1(r.URL.RawQuery), contentType: latin1(r.Header.Get("Content-Type")), body: body}
 }
 
 // unclaimed answers a request whose key is not this request's to run.
@@ -281,15 +323,13 @@ func (m *middleware) unclaimed(b *begun) *response {
 	switch b.outcome {
 	case "replay":
 		if b.bodyOmitted {
-			return problem(http.StatusInternalServerError, "The stored response of this Idempotency-Key has no body",
-				"It was over idempotency.max_response_bytes and was stored without its body: "+
-					"a replay would not be the first answer.", 0)
+			return answer(answerBodyOmitted, nil)
 		}
 		return replay(b.status, b.headers, b.body)
 	case "in_progress":
-		return problem(http.StatusConflict, "A request with this Idempotency-Key is in progress", "", b.retryAfter)
+		return answerRetrying(answerInProgress, b.retryAfter)
 	default:
-		return problem(http.StatusUnprocessableEntity, "The Idempotency-Key was used for a different request", "", 0)
+		return answer(answerMismatch, nil)
 	}
 }
 
@@ -323,22 +363,11 @@ func (m *middleware) run(r *http.Request, c *Claim, maxResponseBytes int64) *res
 	return answer
 }
 
-// The answers of this package's own whose text every package of the project shares.
-const (
-	keyNotUTF8 = "The Idempotency-Key header is not valid UTF-8"
-	splitTitle = "The request's transaction was split by a connection pooler"
-)
-
 // split answers a request whose begin and complete ran in different server transactions
 // (errSplit): its work was rolled back, and the operator learns which setting to change.
 func (m *middleware) split() *response {
-	const detail = "idempotency_begin and idempotency_complete ran in different server " +
-		"transactions, so the work was rolled back and nothing was stored. Behind a pooler in " +
-		"transaction mode (PgBouncer before 1.21) use lib/pq, or pgx with " +
-		"statement_cache_mode=describe (v4) or default_query_exec_mode=exec (v5); from " +
-		"PgBouncer 1.21 set max_prepared_statements; or use the pooler's session mode."
-	m.options.ErrorLog.Print("idempotency: ", detail)
-	return problem(http.StatusInternalServerError, splitTitle, detail, 0)
+	m.options.ErrorLog.Print("idempotency: ", render(answerSplit.detail, map[string]interface{}{"drivers": splitDrivers}))
+	return answer(answerSplit, map[string]interface{}{"drivers": splitDrivers})
 }
 
 // unprotected runs a request without a key (KeyOptional) in a transaction of its own, as
@@ -372,7 +401,7 @@ func (m *middleware) panicked(value interface{}) *response {
 	if value == http.ErrAbortHandler {
 		panic(value)
 	}
-	return problem(http.StatusInternalServerError, "Internal Server Error", "", 0)
+	return answer(answerInternalError, nil)
 }
 
 func (m *middleware) responseTooLarge(limit int64) *response {
@@ -381,28 +410,19 @@ func (m *middleware) responseTooLarge(limit int64) *response {
 		setting += fmt.Sprintf(" (%d bytes)", limit)
 	}
 	m.options.ErrorLog.Printf("idempotency: a response over %s was not stored, and its work was rolled back", setting)
-	return problem(http.StatusInternalServerError, "The response is over idempotency.max_response_bytes",
-		fmt.Sprintf("The response is over %s, the largest the database stores: it was not sent, "+
-			"its work was rolled back, and nothing was stored.", setting), 0)
-}
-
-// sqlstateAnswer is how a SQLSTATE of sqlstateAnswers (errcodes.go) is answered.
-type sqlstateAnswer struct {
-	status     int
-	title      string
-	retryAfter int // seconds; 0: no Retry-After
+	return answer(answerResponseTooLarge, map[string]interface{}{"setting": setting})
 }
 
 // failure answers a database error: by the SQLSTATE map (src/errcodes.txt) when a retry
 // or the client can resolve it, else 500, logged unless the client has gone.
 func (m *middleware) failure(r *http.Request, err error) *response {
 	if a, ok := sqlstateAnswers[sqlstate(err)]; ok {
-		return problem(a.status, a.title, "", a.retryAfter)
+		return answerRetrying(a, a.retryAfter)
 	}
 	if r.Context().Err() == nil {
 		m.options.ErrorLog.Printf("idempotency: a database call failed: %v", err)
 	}
-	return problem(http.StatusInternalServerError, "Internal Server Error", "", 0)
+	return answer(answerDatabaseError, nil)
 }
 
 // sqlstate is the SQLSTATE of a driver's error: lib/pq's *pq.Error and pgx's

@@ -1,8 +1,10 @@
 package idempotency
 
-// What the middleware decides before it reaches the database, and the response it holds:
-// no server needed. The course through the database, with lib/pq and pgx, is in
-// integration/ (test/t/057_go_middleware.pl runs both).
+// The package's glue, with no server: what the middleware decides before it reaches the
+// database, the response it holds, and its reading of src/protocol.txt (protocol.go).
+// The routers and the drivers' errors are in integration/ (test/t/057_go_middleware.pl
+// runs both); what every package does, with every option, is the conformance suite's
+// (test/conformance, test/t/056).
 
 import (
 	"database/sql"
@@ -50,48 +52,12 @@ func nullString(s string) sql.NullString { return sql.NullString{String: s, Vali
 
 var neverRun = http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("the handler ran") })
 
-func TestMissingKeyIs400(t *testing.T) {
-	res := serve(untouched(Options{}, neverRun), httptest.NewRequest("POST", "/orders", strings.NewReader("{}")))
-	if res.StatusCode != 400 || problemOf(t, res)["title"] != "The Idempotency-Key header is required" {
-		t.Errorf("answer %d", res.StatusCode)
-	}
-	res = serve(untouched(Options{Header: "X-Request-Key"}, neverRun),
-		httptest.NewRequest("POST", "/orders", strings.NewReader("{}")))
-	if res.StatusCode != 400 || problemOf(t, res)["title"] != "The X-Request-Key header is required" {
-		t.Errorf("answer %d: the title names the header of the options", res.StatusCode)
-	}
-}
-
-func TestBodyOverTheLimitIs413(t *testing.T) {
-	h := untouched(Options{MaxRequestBytes: 10}, neverRun)
-	r := httptest.NewRequest("POST", "/orders", strings.NewReader(`{"item": "more than ten bytes"}`))
-	r.Header.Set("Idempotency-Key", "k")
-	if res := serve(h, r); res.StatusCode != 413 {
-		t.Errorf("a declared length over the limit: %d", res.StatusCode)
-	} else {
-		problemOf(t, res)
-	}
-	r = httptest.NewRequest("POST", "/orders", io.MultiReader(strings.NewReader("0123456789"), strings.NewReader("x")))
-	r.Header.Set("Idempotency-Key", "k")
-	if r.ContentLength = -1; serve(h, r).StatusCode != 413 {
-		t.Errorf("a chunked body over the limit is not refused")
-	}
-	res := serve(untouched(Options{}, neverRun), func() *http.Request {
-		r := httptest.NewRequest("POST", "/orders", strings.NewReader(strings.Repeat("x", defaultMaxRequestBytes+1)))
-		r.Header.Set("Idempotency-Key", "k")
-		return r
-	}())
-	if res.StatusCode != 413 {
-		t.Errorf("the default limit is not 1 MiB: %d", res.StatusCode)
-	}
-}
-
 func TestBodyReadBeforeIs500(t *testing.T) {
 	r := httptest.NewRequest("POST", "/orders", strings.NewReader(`{"item": "a"}`))
 	r.Header.Set("Idempotency-Key", "k")
 	io.ReadAll(r.Body) // a middleware before this one
 	res := serve(untouched(Options{}, neverRun), r)
-	if res.StatusCode != 500 || !strings.Contains(problemOf(t, res)["detail"].(string), "place the middleware before") {
+	if res.StatusCode != 500 || !strings.Contains(problemOf(t, res)["detail"].(string), "before whatever reads") {
 		t.Errorf("a body read before: %d", res.StatusCode)
 	}
 	r = httptest.NewRequest("POST", "/orders", strings.NewReader(`{"item": "a"}`))
@@ -99,24 +65,6 @@ func TestBodyReadBeforeIs500(t *testing.T) {
 	r.Body = http.MaxBytesReader(httptest.NewRecorder(), r.Body, 5) // an outer limit
 	if res := serve(untouched(Options{}, neverRun), r); res.StatusCode != 413 {
 		t.Errorf("over an http.MaxBytesReader's limit: %d", res.StatusCode)
-	}
-}
-
-func TestOtherMethodsPassThrough(t *testing.T) {
-	ran := false
-	h := untouched(Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ran = Tx(r.Context()) == nil && ClaimFromContext(r.Context()) == nil
-		w.WriteHeader(204)
-	}))
-	for _, method := range []string{"GET", "PUT", "DELETE"} {
-		ran = false
-		if res := serve(h, httptest.NewRequest(method, "/orders", nil)); res.StatusCode != 204 || !ran {
-			t.Errorf("%s: %d, ran without a transaction: %v", method, res.StatusCode, ran)
-		}
-	}
-	h = untouched(Options{Methods: []string{"PUT"}}, neverRun)
-	if res := serve(h, httptest.NewRequest("PUT", "/orders", nil)); res.StatusCode != 400 {
-		t.Errorf("Methods: PUT is not protected: %d", res.StatusCode)
 	}
 }
 
@@ -199,11 +147,12 @@ func TestSendSetsContentLength(t *testing.T) {
 
 func TestFingerprintParts(t *testing.T) {
 	m := &middleware{options: Options{}.withDefaults()}
-	r := httptest.NewRequest("POST", "/orders/a%2Fb?x=1&y=2", nil)
-	r.Header.Set("Content-Type", "application/merge-patch+json; charset=utf-8")
+	r := httptest.NewRequest("POST", "/orders/a%2Fb?x=1&y=\xe9", nil)
+	r.Header.Set("Content-Type", "application/merge-patch+json; note=\"caf\xe9\"")
 	f := m.fingerprint(r, []byte(`{"item": "a"}`))
-	want := fingerprint{method: "POST", route: "/orders/a%2Fb", path: "/orders/a%2Fb", query: "x=1&y=2",
-		contentType: "application/merge-patch+json; charset=utf-8", body: []byte(`{"item": "a"}`)}
+	// The query string and the content type a character per byte, as every package reads them.
+	want := fingerprint{method: "POST", route: "/orders/a%2Fb", path: "/orders/a%2Fb", query: "x=1&y=\u00e9",
+		contentType: "application/merge-patch+json; note=\"caf\u00e9\"", body: []byte(`{"item": "a"}`)}
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("got %+v, want %+v", f, want)
 	}
@@ -216,10 +165,7 @@ func TestScope(t *testing.T) {
 		options Options
 		scope   string
 	}{
-		{Options{}, ""},
-		{Options{Tenant: tenant}, "t1"},
-		{Options{Tenant: tenant, ScopePerRoute: true}, "t1 POST /orders"},
-		{Options{ScopePerRoute: true, Route: func(*http.Request) string { return "/orders/{id}" }}, "POST /orders/{id}"},
+		{Options{ScopePerRoute: true, Route: func(*http.Request) string { return "/orders/{id:[0-9]+}" }}, "POST /orders/{id}"},
 		{Options{Tenant: func(*http.Request) (string, error) { return "", nil }, ScopePerRoute: true}, " POST /orders"},
 		{Options{Tenant: tenant, ScopePerRoute: true, Scope: func(*http.Request) (string, error) { return "all", nil }}, "all"},
 	} {
@@ -228,20 +174,17 @@ func TestScope(t *testing.T) {
 			t.Errorf("%+v: scope %q, %v; want %q", c.options, got, err, c.scope)
 		}
 	}
-	for _, hook := range []func(*http.Request) (string, error){
-		func(*http.Request) (string, error) { return "", errors.New("no tenant") },
-		func(*http.Request) (string, error) { panic("no tenant") },
-	} {
-		res := serve(untouched(Options{Tenant: hook}, neverRun), func() *http.Request {
+	// A hook's panic is its failure: 500, nothing run.
+	res := serve(untouched(Options{Tenant: func(*http.Request) (string, error) { panic("no tenant") }}, neverRun),
+		func() *http.Request {
 			r := httptest.NewRequest("POST", "/orders", nil)
 			r.Header.Set("Idempotency-Key", "k")
 			return r
 		}())
-		if res.StatusCode != 500 {
-			t.Errorf("a failing tenant hook: %d", res.StatusCode)
-		}
-		problemOf(t, res)
+	if res.StatusCode != 500 {
+		t.Errorf("a tenant hook that panics: %d", res.StatusCode)
 	}
+	problemOf(t, res)
 }
 
 type codedError struct{ code string }
@@ -275,6 +218,39 @@ func TestMaxResponseBytesReadsTheSetting(t *testing.T) {
 		"1GB": 1 << 30, "": -1, "1 MB": -1, "MB": -1, "1XB": -1} {
 		if got := maxResponseBytes(setting); got != bytes {
 			t.Errorf("maxResponseBytes(%q) = %d, want %d", setting, got, bytes)
+		}
+	}
+}
+
+func TestRouteRulesGiveTheProtocolsExamples(t *testing.T) {
+	for _, e := range routeExamples {
+		if got := canonicalRoute(e[0], e[1]); got != e[2] {
+			t.Errorf("%s %q: %q, want %q", e[0], e[1], got, e[2])
+		}
+	}
+}
+
+func TestOptionsAreTheProtocols(t *testing.T) {
+	fields := map[string]bool{}
+	for _, field := range reflect.VisibleFields(reflect.TypeOf(Options{})) {
+		fields[field.Name] = true
+	}
+	for _, name := range optionNames {
+		if !fields[name] {
+			t.Errorf("Options has no field %s", name)
+		}
+	}
+	o := Options{}.withDefaults()
+	if o.Header != "Idempotency-Key" || o.MaxRequestBytes != 1<<20 || !reflect.DeepEqual(o.Methods, []string{"POST", "PATCH"}) {
+		t.Errorf("defaults %+v", o)
+	}
+}
+
+func TestLatin1(t *testing.T) {
+	for in, want := range map[string]string{"": "", "ascii; x=1": "ascii; x=1", "caf\xe9": "caf\u00e9",
+		"caf\xc3\xa9": "caf\u00c3\u00a9"} {
+		if got := latin1(in); got != want {
+			t.Errorf("latin1(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -3,7 +3,9 @@ package idempotency
 import (
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 )
 
@@ -43,12 +45,40 @@ func problem(status int, title, detail string, retryAfter int) *response {
 		Title  string `json:"title"`
 		Status int    `json:"status"`
 		Detail string `json:"detail,omitempty"`
-	}{"about:blank", title, status, detail})
-	h := http.Header{"Content-Type": {"application/problem+json"}}
+	}{problemType, title, status, detail})
+	h := http.Header{"Content-Type": {problemContentType}}
 	if retryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(retryAfter))
 	}
 	return &response{status: status, header: h, body: body}
+}
+
+// render fills a template's "{name}"s in from values (the others stay as they are).
+func render(template string, values map[string]interface{}) string {
+	return placeholder.ReplaceAllStringFunc(template, func(whole string) string {
+		if value, ok := values[whole[1:len(whole)-1]]; ok {
+			return fmt.Sprint(value)
+		}
+		return whole
+	})
+}
+
+var placeholder = regexp.MustCompile(`\{\w+\}`)
+
+// answer is one of the protocol's answers (protocol.go): values fill its title and its
+// detail in.
+func answer(a protocolAnswer, values map[string]interface{}) *response {
+	return problem(a.status, render(a.title, values), render(a.detail, values), 0)
+}
+
+// answerRetrying is an answer with Retry-After: the seconds given, at least 1.
+func answerRetrying(a protocolAnswer, seconds int) *response {
+	if seconds < 1 {
+		seconds = 1
+	}
+	reply := answer(a, nil)
+	reply.header.Set("Retry-After", strconv.Itoa(seconds))
+	return reply
 }
 
 // replay is a stored response, as idempotency_complete stored it.
@@ -71,15 +101,16 @@ func replay(status int, headers sql.NullString, body []byte) *response {
 			}
 		}
 	}
-	h.Set("Idempotent-Replayed", "true")
+	h.Set(replayedHeader, "true")
 	return &response{status: status, header: h, body: body}
 }
 
-// storedHeaders is the jsonb of the response headers to store: those named, a string
-// each, or an array of strings for a repeated field.
+// storedHeaders is the jsonb of the response headers to store: those named and the
+// protocol's representation headers, a string each, or an array of strings for a
+// repeated field.
 func storedHeaders(h http.Header, names []string) (string, error) {
 	stored := map[string]interface{}{}
-	for _, name := range names {
+	for _, name := range append(append([]string{}, names...), representationHeaders...) {
 		values := h.Values(name)
 		switch len(values) {
 		case 0:

@@ -9,44 +9,20 @@ import (
 	"time"
 )
 
-// The extension's SQL functions, one statement text each (a driver that prepares and
-// caches statements, as pgx does, reuses them). Parameters are typed in the text, so
-// that every driver binds them alike.
-const (
-	// The body's fingerprint part is the server's rule for every package,
-	// request_hash_body(content type, body): a JSON body by its value, any other by its
-	// bytes. The last column is the largest response the server stores
-	// (maxResponseBytes), so that a streaming handler's response is buffered no further
-	// than that.
-	beginSQL = `SELECT b.outcome::text, b.attempt, b.response_status, b.response_headers::text,
-       b.response_body_bytes, b.response_body_omitted, b.retry_after_seconds, b.recovery_point,
-       pg_catalog.current_setting('idempotency.max_response_bytes'), ` + serverTransaction + `
-  FROM idempotency_begin($1::text, $2::text,
-         request_hash_parts($3::text, $4::text, $5::text, $6::text,
-           request_hash_body($7::text, $8::bytea)::text),
-         ttl => $9::interval, lease => $10::interval, wait => $11::interval) b`
-	// omit_oversized => false: a response over idempotency.max_response_bytes raises
-	// 54000 instead of being stored without its body, so that it is never acknowledged.
-	// It completes only in the server transaction that begin ran in ($7, begin's
-	// serverTransaction; NULL in two-phase mode, where they differ by design), and is
-	// NULL otherwise: a pooler split the request's transaction.
-	completeSQL = `SELECT CASE WHEN $7::text IS NULL OR $7::text = ` + serverTransaction + `
-         THEN idempotency_complete($1::text, $2::text, $3::integer,
-           response_headers => $4::jsonb, response_body_bytes => $5::bytea,
-           attempt => $6::integer, omit_oversized => false) END`
-	checkpointSQL        = `SELECT idempotency_checkpoint($1::text, $2::text, $3::text, attempt => $4::integer)`
-	releaseSQL           = `SELECT idempotency_release($1::text, $2::text, attempt => $3::integer)`
-	storeServerErrorsSQL = `SELECT pg_catalog.set_config('idempotency.store_server_errors', 'on', true)`
-)
+// The statements are src/protocol.txt's, generated into protocol.go (beginSQL,
+// completeSQL, checkpointSQL, releaseSQL), with the names of their parameters in order
+// (beginParams, ...); args binds them by name. Parameters are typed in the texts, so that
+// every driver binds them alike, and a driver that prepares and caches statements, as pgx
+// does, reuses them.
 
-// serverTransaction names the server transaction a statement runs in: the server process
-// and the transaction's start, as text that no setting changes. A pooler in transaction
-// mode runs a transaction on one server connection from BEGIN to its end, so begin and
-// complete name the same one unless the transaction was split: ended early (a driver's
-// named statement run as another client's COMMIT or ROLLBACK, on a server connection
-// where the name was prepared by that client) with the rest run elsewhere.
-const serverTransaction = `pg_catalog.concat(pg_catalog.pg_backend_pid(), ' ',
-         pg_catalog.to_char(pg_catalog.timezone('UTC', pg_catalog.now()), 'YYYY-MM-DD HH24:MI:SS.US'))`
+// args is a statement's parameters in the order of its names.
+func args(names []string, values map[string]interface{}) []interface{} {
+	bound := make([]interface{}, len(names))
+	for i, name := range names {
+		bound[i] = values[name]
+	}
+	return bound
+}
 
 // fingerprint is what request_hash_parts hashes (middleware.fingerprint).
 type fingerprint struct {
@@ -66,22 +42,38 @@ type begun struct {
 	retryAfter       int
 	recoveryPoint    sql.NullString
 	maxResponseBytes int64
-	transaction      string // serverTransaction where begin ran
+	transaction      string // the server transaction begin ran in
 }
 
+// begin runs idempotency_begin with the request's fingerprint: request_hash_parts(method,
+// route, path, query string, body), the body hashed by the server's rule for every package
+// (request_hash_body): a JSON body by its value, any other by its bytes. Its row's
+// max_response_bytes is the largest response the server stores, so that a streaming
+// handler's response is buffered no further than that.
 func begin(ctx context.Context, tx *sql.Tx, scope, key string, f fingerprint, o Options, lease time.Duration) (*begun, error) {
 	var b begun
 	var attempt, status, retryAfter sql.NullInt64
 	var omitted sql.NullBool
-	var limit string
-	err := tx.QueryRowContext(ctx, beginSQL, scope, key, f.method, f.route, f.path, f.query, f.contentType, nonNil(f.body),
-		interval(o.TTL), interval(lease), interval(o.Wait)).Scan(&b.outcome, &attempt, &status, &b.headers,
-		&b.body, &omitted, &retryAfter, &b.recoveryPoint, &limit, &b.transaction)
+	var limit sql.NullString
+	columns := map[string]interface{}{
+		"outcome": &b.outcome, "attempt": &attempt, "response_status": &status, "response_headers": &b.headers,
+		"response_body_bytes": &b.body, "response_body_omitted": &omitted, "retry_after_seconds": &retryAfter,
+		"recovery_point": &b.recoveryPoint, "max_response_bytes": &limit, "server_transaction": &b.transaction,
+	}
+	dest := make([]interface{}, len(beginColumns))
+	for i, name := range beginColumns {
+		dest[i] = columns[name]
+	}
+	err := tx.QueryRowContext(ctx, beginSQL, args(beginParams, map[string]interface{}{
+		"scope": scope, "key": key, "method": f.method, "route": f.route, "path": f.path, "query": f.query,
+		"content_type": f.contentType, "body": nonNil(f.body),
+		"ttl": interval(o.TTL), "lease": interval(lease), "wait": interval(o.Wait),
+	})...).Scan(dest...)
 	if err != nil {
 		return nil, err
 	}
 	b.attempt, b.status, b.retryAfter, b.bodyOmitted = attempt.Int64, int(status.Int64), int(retryAfter.Int64), omitted.Bool
-	b.maxResponseBytes = maxResponseBytes(limit)
+	b.maxResponseBytes = maxResponseBytes(limit.String)
 	return &b, nil
 }
 

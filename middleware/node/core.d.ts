@@ -3,11 +3,11 @@ import type { PoolClient } from 'pg';
 
 /** The options of both adapters; `Request` is the framework's own request type. */
 export interface IdempotencyOptions<Request> {
-  /** The request header that carries the key (default `'idempotency-key'`). */
+  /** The request header that carries the key (default `'Idempotency-Key'`, in any case). */
   header?: string;
   /** Answer 400 without a key (default); `false` runs the handler unprotected. */
   required?: boolean;
-  /** Response headers stored and replayed (default `['content-type', 'location']`). */
+  /** Response headers stored and replayed (default `['Content-Type', 'Location']`, in any case). */
   storedHeaders?: string[];
   /** Store responses with status 500 or more instead of rolling them back (default `false`). */
   storeServerErrors?: boolean;
@@ -21,15 +21,22 @@ export interface IdempotencyOptions<Request> {
    */
   tenant?: ((request: Request) => string | number | Promise<string | number>) | null;
   /**
-   * The whole scope, replacing the tenant and `perRoute`; on Citus, the tenant column's
+   * The whole scope, replacing the tenant and `scopePerRoute`; on Citus, the tenant column's
    * value.  A hook that throws answers 500 and runs nothing.
    */
   scope?: ((request: Request) => string | number | Promise<string | number>) | null;
-  /** Scope keys per route: `"<tenant> <METHOD> <route pattern>"` (default `false`: the tenant alone). */
+  /**
+   * Scope keys per route: `"<tenant> <METHOD> <route pattern>"`, the pattern in its
+   * canonical form (`/orders/{id}`) (default `false`: the tenant alone).
+   */
+  scopePerRoute?: boolean;
+  /** @deprecated `scopePerRoute`'s old name, taken with a warning until 0.6.0. */
   perRoute?: boolean;
   /** The methods protected (default `['POST', 'PATCH']`). */
   methods?: string[];
   /** Request bodies over this many bytes answer 413 (default 1 MiB; Fastify: the route's `bodyLimit`). */
+  maxRequestBytes?: number | null;
+  /** @deprecated `maxRequestBytes`'s old name, taken with a warning until 0.6.0. */
   maxBodyBytes?: number | null;
   /** Two-phase mode: the claim commits at once with this lease, as interval text (`'2 minutes'`). */
   lease?: string | null;

@@ -12,34 +12,22 @@
 // The adapters (express.js, fastify.js) only translate the framework's request and
 // response; every rule about what is answered lives here.
 
-const MAX_BODY_BYTES = 1024 * 1024;
+// What every package shares -- the answers, the options and their defaults, the route
+// rules, the SQL -- is src/protocol.txt's, generated into protocol.js.
+const {
+  ANSWERS, SPLIT_DRIVERS, SQLSTATE_ANSWERS, DEFAULTS: SHARED, DEPRECATED, CONSTANTS,
+  ROUTE_RULES, SQL, REPRESENTATION_HEADERS,
+} = require('./protocol');
 
-const DEFAULTS = Object.freeze({
-  header: 'idempotency-key',
-  required: true,
-  // Response headers stored and replayed (lower case).
-  storedHeaders: ['content-type', 'location'],
-  // 5xx responses are not stored: the transaction rolls back and a retry runs again.
-  storeServerErrors: false,
-  wait: null, // seconds to wait for a request in flight instead of answering 409
-  ttl: null, // interval text ('24 hours'); null: the server's default
-  // tenant(request) and scope(request) get the framework's own request object.  The
-  // scope is the tenant ('' without the hook); perRoute makes it
-  // "<tenant> <METHOD> <route pattern>" ("<METHOD> <route pattern>" without a tenant
-  // hook); a scope hook replaces both.  On Citus, the scope is the tenant column's value.
-  tenant: null,
-  scope: null,
-  perRoute: false,
-  methods: ['POST', 'PATCH'],
-  // Request bodies over this many bytes answer 413 before anything runs; null: 1 MiB
-  // (MAX_BODY_BYTES), and in Fastify the route's bodyLimit (1 MiB unless set).
-  maxBodyBytes: null,
-  // Two-phase mode (doc/handlers.md), for handlers that call other systems: the claim
-  // commits at once with this lease (interval text); the handler may checkpoint(), which
-  // commits; its response commits with its writes after the last checkpoint, fenced by
-  // the attempt (a handler whose lease ended and was taken over gets 409).
-  lease: null,
-});
+// Stored whatever storedHeaders names: the coding of the stored body and what it varies by.
+const REPRESENTATION = REPRESENTATION_HEADERS.map((h) => h.toLowerCase());
+
+// The body limit when none is given (Fastify: the route's bodyLimit first).
+const MAX_REQUEST_BYTES = SHARED.maxRequestBytes;
+
+// The options: the protocol's, with this package's defaults where it has its own (the body
+// limit null: MAX_REQUEST_BYTES, or in Fastify the route's bodyLimit).
+const DEFAULTS = Object.freeze({ ...SHARED, maxRequestBytes: null });
 
 const CHECKS = {
   header: (v) => typeof v === 'string' && v.length > 0,
@@ -50,94 +38,136 @@ const CHECKS = {
   ttl: (v) => v == null || typeof v === 'string',
   tenant: (v) => v == null || typeof v === 'function',
   scope: (v) => v == null || typeof v === 'function',
-  perRoute: (v) => typeof v === 'boolean',
+  scopePerRoute: (v) => typeof v === 'boolean',
   methods: (v) => Array.isArray(v) && v.every((m) => typeof m === 'string'),
-  maxBodyBytes: (v) => v == null || (Number.isSafeInteger(v) && v >= 0),
+  maxRequestBytes: (v) => v == null || (Number.isSafeInteger(v) && v >= 0),
   lease: (v) => v == null || typeof v === 'string',
 };
+for (const name of Object.keys(SHARED)) {
+  if (!CHECKS[name]) throw new Error(`pg-idempotency: the protocol's option ${name} has no check`);
+}
+
+// The options with an old spelling (DEPRECATED) renamed, and a warning, once per name.
+const warned = new Set();
+function renamed(options = {}) {
+  const given = {};
+  for (const [name, value] of Object.entries(options)) {
+    const current = DEPRECATED[name];
+    if (current && current in options) {
+      throw new TypeError(`pg-idempotency: options ${name} and ${current} are one option; give ${current}`);
+    }
+    if (current && !warned.has(name)) {
+      warned.add(name);
+      process.emitWarning(`pg-idempotency: the option ${name} is now ${current}; ${name} goes in 0.6.0`,
+        { type: 'DeprecationWarning', code: `PG_IDEMPOTENCY_${name.toUpperCase()}` });
+    }
+    given[current || name] = value;
+  }
+  return given;
+}
 
 // The options merged over the defaults; a wrong one is a TypeError when the app starts,
 // not a 500 on every request.
 function settings(options = {}) {
-  for (const [name, value] of Object.entries(options)) {
+  const given = renamed(options);
+  for (const [name, value] of Object.entries(given)) {
     if (!(name in CHECKS)) throw new TypeError(`pg-idempotency: unknown option ${name}`);
     if (!CHECKS[name](value)) throw new TypeError(`pg-idempotency: option ${name} has a wrong value`);
   }
-  const merged = { ...DEFAULTS, ...options };
+  const merged = { ...DEFAULTS, ...given };
+  merged.headerName = merged.header;
   merged.header = merged.header.toLowerCase();
   merged.storedHeaders = merged.storedHeaders.map((h) => h.toLowerCase());
   merged.methods = merged.methods.map((m) => m.toUpperCase());
   return Object.freeze(merged);
 }
 
-// The SQLSTATEs answered with something other than 500, and how (doc/reference.md,
-// "Errors"; generated from src/errcodes.txt); any other error is the handler's or the
-// operator's, a 500.
-const RETRYABLE = require('./errcodes');
-
 // An application/problem+json answer (RFC 9457).
 function problem(status, title, { detail, retryAfter } = {}) {
-  const headers = { 'content-type': 'application/problem+json' };
+  const headers = { 'content-type': CONSTANTS.problemContentType };
   if (retryAfter != null) headers['retry-after'] = String(retryAfter);
-  const document = { type: 'about:blank', title, status };
+  const document = { type: CONSTANTS.problemType, title, status };
   if (detail) document.detail = detail;
   return { status, headers, body: Buffer.from(JSON.stringify(document)) };
 }
 
+// A template's "{name}"s filled in from `values`.
+function render(template, values = {}) {
+  return template.replace(/\{(\w+)\}/g, (whole, name) => (name in values ? String(values[name]) : whole));
+}
+
+// One of the protocol's answers: its status and title, its detail (`values` fill both in,
+// `detail` replaces the protocol's), Retry-After from `retryAfter` where it has one.
+function protocolAnswer(name, values = {}, { detail, retryAfter } = {}) {
+  const [status, title, retry, , template] = ANSWERS[name];
+  return problem(status, render(title, values), {
+    detail: detail ?? (template != null ? render(template, values) : undefined),
+    retryAfter: retry === 'row' ? Math.max(Number(retryAfter ?? 1), 1) : null,
+  });
+}
+
+// The answer of the SQLSTATE map (src/errcodes.txt) to an error, or null.
 function problemFor(error) {
-  const answer = error && RETRYABLE[error.code];
+  const answer = error && SQLSTATE_ANSWERS[error.code];
   return answer ? problem(answer[0], answer[1], { retryAfter: answer[2] }) : null;
 }
 
-// The answers of this module's own, other than the SQLSTATE map's.
 const LIMIT = 'idempotency.max_response_bytes';
 const answers = {
-  keyRequired: () => problem(400, 'The Idempotency-Key header is required'),
-  bodyTooLarge: (limit) => problem(413, 'The request body is too large', {
-    detail: `The body is over ${limit} bytes, the middleware's maxBodyBytes.` }),
-  badJson: () => problem(400, 'The request body is not valid JSON'),
-  hookFailed: () => problem(500, 'The tenant or scope hook failed'),
-  responseTooLarge: (detail) => problem(500, `The response is over ${LIMIT}`, {
-    detail: detail || `It cannot be stored whole, so it was not sent and its work was rolled back; ${LIMIT} is the server's limit.` }),
-  bodyOmitted: () => problem(500, 'The stored response of this Idempotency-Key has no body', {
-    detail: `It was over ${LIMIT} and was stored without its body; a replay would not be the first answer.` }),
-  mismatch: () => problem(422, 'The Idempotency-Key was used for a different request'),
-  inProgress: (retryAfter) => problem(409, 'A request with this Idempotency-Key is in progress', { retryAfter }),
-  keyNotUtf8: () => problem(400, 'The Idempotency-Key header is not valid UTF-8'),
-  split: () => problem(500, "The request's transaction was split by a connection pooler", { detail: SPLIT }),
+  keyRequired: (header) => protocolAnswer('keyRequired', { header }),
+  keyNotUtf8: (header) => protocolAnswer('keyNotUtf8', { header }),
+  bodyTooLarge: (limit) => protocolAnswer('bodyTooLarge', { limit, option: 'maxRequestBytes' }),
+  badJson: () => protocolAnswer('bodyNotJson'),
+  hookFailed: () => protocolAnswer('hookFailed'),
+  readBefore: (fix) => protocolAnswer('bodyReadBefore', { fix }),
+  responseTooLarge: (limit) => protocolAnswer('responseTooLarge', { setting: limit == null ? LIMIT : `${LIMIT} (${limit} bytes)` }),
+  bodyOmitted: () => protocolAnswer('bodyOmitted'),
+  mismatch: () => protocolAnswer('mismatch'),
+  inProgress: (retryAfter) => protocolAnswer('inProgress', {}, { retryAfter }),
+  split: () => protocolAnswer('split', { drivers: SPLIT_DRIVERS }),
+  databaseError: () => protocolAnswer('databaseError'),
+  internalError: () => protocolAnswer('internalError'),
 };
-
-const SPLIT = 'idempotency_begin and idempotency_complete did not run in one server transaction that '
-  + 'committed, so the work was rolled back and nothing was stored. Behind a pooler in transaction '
-  + 'mode (PgBouncer before 1.21), give node-postgres queries no name; from PgBouncer 1.21 set '
-  + "max_prepared_statements; or use the pooler's session mode.";
 
 // The key of a request, from its header as Node's parser gives it (a byte per character,
 // latin1), or the answer instead: 400 when it is required and missing, or not UTF-8.  The
 // key is the header's bytes read as UTF-8 in every package of the project, so that a
 // retry moved to another package finds its key.  A string with a character past U+00FF was
 // decoded before (not by Node's parser) and is taken as it is.
-const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 function keyOf(header, options) {
-  if (header == null) return { key: null, refusal: options.required ? answers.keyRequired() : null };
-  if (/[^\x00-\xff]/.test(header)) {
-    return /\p{Surrogate}/u.test(header) ? { refusal: answers.keyNotUtf8() } : { key: header, refusal: null };
-  }
+  if (header == null) return { key: null, refusal: options.required ? answers.keyRequired(options.headerName) : null };
+  const key = utf8Text(header);
+  return key == null ? { refusal: answers.keyNotUtf8(options.headerName) } : { key, refusal: null };
+}
+
+// The text whose UTF-8 bytes a header's latin1 characters are, or null when they are not
+// UTF-8 (a string with a character past U+00FF: itself, unless it has a lone surrogate).
+const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+function utf8Text(header) {
+  if (/[^\x00-\xff]/.test(header)) return /\p{Surrogate}/u.test(header) ? null : header;
   try {
-    return { key: UTF8.decode(Buffer.from(header, 'latin1')), refusal: null };
+    return UTF8.decode(Buffer.from(header, 'latin1'));
   } catch {
-    return { refusal: answers.keyNotUtf8() };
+    return null;
   }
 }
 
+// The canonical form of a route pattern in `syntax` (src/protocol.txt, "route rules"):
+// "colon" for Express and Fastify.
+const RULES = Object.fromEntries(Object.entries(ROUTE_RULES)
+  .map(([syntax, rules]) => [syntax, rules.map(([pattern, replacement]) => [new RegExp(pattern, 'g'), replacement])]));
+function canonicalRoute(syntax, pattern) {
+  return RULES[syntax].reduce((route, [rule, replacement]) => route.replace(rule, replacement), String(pattern));
+}
+
 // The scope of a request: options.scope(request), or the tenant, per route with
-// options.perRoute.  The hooks get the framework's own request object and may be async;
-// a hook that throws, or returns no text, rejects: the adapter answers 500.
+// options.scopePerRoute.  The hooks get the framework's own request object and may be
+// async; a hook that throws, or returns no text, rejects: the adapter answers 500.
 async function scopeOf(native, method, route, options) {
   if (options.scope) return hookText(await options.scope(native), 'scope');
   const tenant = options.tenant ? hookText(await options.tenant(native), 'tenant') : null;
-  if (!options.perRoute) return tenant ?? '';
-  return tenant == null ? `${method} ${route}` : `${tenant} ${method} ${route}`;
+  if (!options.scopePerRoute) return tenant ?? '';
+  return render(tenant == null ? CONSTANTS.scopePerRouteNoTenant : CONSTANTS.scopePerRoute, { tenant, method, route });
 }
 
 function hookText(value, hook) {
@@ -146,47 +176,28 @@ function hookText(value, hook) {
   throw new TypeError(`pg-idempotency: the ${hook} hook returned ${value === null ? 'null' : typeof value}, not a string`);
 }
 
-// The server transaction a statement runs in: the server process and the transaction's
-// start, as text that no setting changes.  A pooler in transaction mode runs a
-// transaction on one server connection from BEGIN to its end, so begin and complete name
-// the same one unless the transaction was split: ended early (a driver's named statement
-// run as another client's COMMIT or ROLLBACK, where that client prepared the name) with
-// the rest run elsewhere.
-const SERVER_TRANSACTION = `pg_catalog.concat(pg_catalog.pg_backend_pid(), ' ',
-  pg_catalog.to_char(pg_catalog.timezone('UTC', pg_catalog.now()), 'YYYY-MM-DD HH24:MI:SS.US'))`;
-
 // A JSON content type: application/json or any application/...+json.
 function isJsonType(contentType) {
   return /^application\/([\w.-]+\+)?json\s*(;|$)/i.test(contentType || '');
 }
 
-// request_hash_parts(method, route pattern, path, query string, body), the body hashed by
-// the server's rule for every package (request_hash_body): a JSON body by its value, not
-// its spelling, any other by its bytes.
-function fingerprint(request, first) {
-  const n = (i) => `$${first + i}`;
-  return {
-    sql: `request_hash_parts(${n(0)}::text, ${n(1)}::text, ${n(2)}::text, ${n(3)}::text, ` +
-      `request_hash_body(${n(4)}::text, ${n(5)}::bytea)::text)`,
-    params: [request.method, request.route, request.path, request.query, request.contentType || '', request.body],
-  };
+// A statement of the protocol, its parameters taken from `values` by name.
+function query(client, name, values) {
+  const statement = SQL[name];
+  return client.query(statement.text, statement.params.map((param) => values[param] ?? null));
 }
 
+// idempotency_begin with the request's fingerprint: request_hash_parts(method, route
+// pattern, path, query string, body), the body hashed by the server's rule for every
+// package (request_hash_body): a JSON body by its value, not its spelling, any other by
+// its bytes.  The content type is the header as Node's parser gives it, a character per
+// byte, as every package passes it.
 async function begin(client, request, options, lease) {
-  const hash = fingerprint(request, 3);
-  const params = [request.scope, request.key, ...hash.params];
-  const named = [];
-  if (options.ttl != null) named.push(`ttl => $${params.push(options.ttl)}::interval`);
-  if (lease != null) named.push(`lease => $${params.push(lease)}::interval`);
-  if (options.wait != null) named.push(`wait => make_interval(secs => $${params.push(options.wait)})`);
-  const { rows } = await client.query(
-    `SELECT outcome::text AS outcome, response_status, response_headers, response_body_bytes,
-            response_body_omitted, retry_after_seconds, attempt, recovery_point,
-            current_setting('idempotency.max_response_bytes', true) AS max_response_bytes,
-            ${SERVER_TRANSACTION} AS server_transaction
-       FROM idempotency_begin($1, $2, ${hash.sql}${named.map((n) => ', ' + n).join('')})`,
-    params,
-  );
+  const { rows } = await query(client, 'begin', {
+    scope: request.scope, key: request.key, method: request.method, route: request.route, path: request.path,
+    query: request.query, content_type: request.contentType || '', body: request.body,
+    ttl: options.ttl, lease, wait: options.wait == null ? null : `${options.wait} seconds`,
+  });
   return rows[0];
 }
 
@@ -206,7 +217,7 @@ function unclaimed(row) {
     if (row.response_body_omitted) return answers.bodyOmitted();
     return {
       status: row.response_status,
-      headers: { ...(row.response_headers || {}), 'idempotent-replayed': 'true' },
+      headers: { ...JSON.parse(row.response_headers || '{}'), [CONSTANTS.replayedHeader.toLowerCase()]: 'true' },
       body: row.response_body_bytes || Buffer.alloc(0),
     };
   }
@@ -214,30 +225,21 @@ function unclaimed(row) {
   return answers.mismatch();
 }
 
-// omit_oversized => false: a response over the server's limit raises 54000 instead of
-// being stored without its body.
-const COMPLETE = `idempotency_complete($1, $2, $3, response_headers => $4::jsonb,
-                                      response_body_bytes => $5, attempt => $6::integer,
-                                      omit_oversized => false)`;
-
 // Stores the response: true when stored, false when not, null when the statement did not
 // run in `transaction`, the server transaction begin ran in (null: not checked, in
-// two-phase mode, where they differ by design).  The server stores a 5xx (which only
-// options.storeServerErrors asks for) only with idempotency.store_server_errors on: it is
-// set for the transaction first, in the same statement -- a CASE evaluates its condition
-// before its result (PostgreSQL's manual, "Expression Evaluation Rules").
+// two-phase mode, where they differ by design).  The protocol's statement turns
+// idempotency.store_server_errors on for its transaction before it completes, so that a
+// 5xx (which only options.storeServerErrors sends here) is stored.
 async function complete(client, request, response, options, attempt, transaction) {
   const headers = {};
   for (const [name, value] of Object.entries(response.headers)) {
-    if (options.storedHeaders.includes(name.toLowerCase())) headers[name.toLowerCase()] = String(value);
+    const lower = name.toLowerCase();
+    if (options.storedHeaders.includes(lower) || REPRESENTATION.includes(lower)) headers[lower] = String(value);
   }
-  const serverErrors = response.status >= 500
-    ? " AND pg_catalog.set_config('idempotency.store_server_errors', 'on', true) IS NOT NULL" : '';
-  const { rows } = await client.query(
-    `SELECT CASE WHEN ($7::text IS NULL OR $7::text = ${SERVER_TRANSACTION})${serverErrors}
-                 THEN ${COMPLETE} END AS stored`,
-    [request.scope, request.key, response.status, JSON.stringify(headers), response.body, attempt ?? null,
-      transaction ?? null]);
+  const { rows } = await query(client, 'complete', {
+    transaction, scope: request.scope, key: request.key, status: response.status,
+    headers: JSON.stringify(headers), body: response.body, attempt,
+  });
   return rows[0].stored;
 }
 
@@ -288,12 +290,14 @@ function readStream(stream, cap) {
 
 // The lifecycle of one request, for the adapters: start() claims (or answers), finish()
 // stores the handler's response and commits (or rolls back), abort() rolls back.
-// `request` is {method, route, path, query, body, key, contentType, scope}.
+// `request` is {method, route, path, query, body, key, contentType, scope}; `report(error)`
+// logs an error that the client is answered 500 for without it.
 class Course {
-  constructor(pool, request, options) {
+  constructor(pool, request, options, report) {
     this.pool = pool;
     this.request = request;
     this.options = options;
+    this.report = report;
     this.client = null;
     this.maxResponseBytes = null; // the server's limit, once claimed
   }
@@ -304,14 +308,12 @@ class Course {
     if (this.request.key == null) {
       const { refusal } = keyOf(null, this.options);
       if (refusal) return refusal;
-      this.client = await this.pool.connect();
       this.unprotected = true;
-      await this.query('BEGIN');
-      return null;
     }
-    this.client = await this.pool.connect();
     try {
+      this.client = await this.pool.connect();
       await this.client.query('BEGIN');
+      if (this.unprotected) return null;
       const lease = this.options.lease;
       const row = await begin(this.client, this.request, this.options, lease);
       if (row.outcome === 'claimed') {
@@ -327,19 +329,17 @@ class Course {
       return unclaimed(row);
     } catch (error) {
       await this.end('ROLLBACK');
-      const answer = problemFor(error);
-      if (answer) return answer;
-      throw error;
+      return this.failed(error);
     }
   }
 
-  async query(sql) {
-    try {
-      await this.client.query(sql);
-    } catch (error) {
-      await this.end('ROLLBACK');
-      throw error;
-    }
+  // The answer to an error of the middleware's own statements: the SQLSTATE map's, else
+  // 500 problem+json, logged.
+  failed(error) {
+    const answer = problemFor(error);
+    if (answer) return answer;
+    this.report(error);
+    return answers.databaseError();
   }
 
   // The most of a response body worth holding: past the server's limit it cannot be
@@ -354,8 +354,8 @@ class Course {
 
   // Stores the handler's {status, headers, body} and commits; returns what to send: the
   // response, or a problem when it cannot be stored (over the limit: 500, its work rolled
-  // back) or storing it failed on a SQLSTATE a retry resolves.  `body` null: a body over
-  // the limit, not kept.
+  // back), storing it failed (the SQLSTATE map's answer, else 500), or a pooler split the
+  // transaction.  `body` null: a body over the limit, not kept.
   async finish(response) {
     try {
       if (this.unprotected) {
@@ -364,7 +364,7 @@ class Course {
       }
       if (response.body == null) {
         await this.abort();
-        return answers.responseTooLarge(null);
+        return answers.responseTooLarge(this.maxResponseBytes);
       }
       if (response.status >= 500 && !this.options.storeServerErrors) {
         await this.abort(); // the work and the claim: a retry runs again
@@ -386,19 +386,19 @@ class Course {
       }
       return await this.commit() ? response : answers.split();
     } catch (error) {
-      await this.end('ROLLBACK');
-      if (error && error.code === '54000') return answers.responseTooLarge(error.detail);
-      const answer = problemFor(error);
-      if (answer) return answer;
-      throw error;
+      await this.abort();
+      if (error && error.code === '54000') return answers.responseTooLarge(this.maxResponseBytes);
+      return this.failed(error);
     }
   }
 
   // Two-phase mode: records progress and renews the lease, committed at once.
   async checkpoint(recoveryPoint) {
-    await this.client.query('SELECT idempotency_checkpoint($1, $2, $3, attempt => $4)',
-      [this.request.scope, this.request.key, recoveryPoint, this.attempt]);
+    await query(this.client, 'checkpoint', {
+      scope: this.request.scope, key: this.request.key, recovery_point: recoveryPoint, attempt: this.attempt,
+    });
     await this.client.query('COMMIT; BEGIN');
+    this.recoveryPoint = recoveryPoint;
   }
 
   async abort() {
@@ -406,8 +406,7 @@ class Course {
       // A committed claim: release it, so that the next retry goes on at once.
       try {
         await this.client.query('ROLLBACK');
-        await this.client.query('SELECT idempotency_release($1, $2, attempt => $3)',
-          [this.request.scope, this.request.key, this.attempt]);
+        await query(this.client, 'release', { scope: this.request.scope, key: this.request.key, attempt: this.attempt });
       } catch {
         // Its lease ends by itself; a newer attempt may already hold it (IK003).
       }
@@ -465,5 +464,6 @@ function splitUrl(url) {
 }
 
 module.exports = {
-  MAX_BODY_BYTES, Course, settings, problem, answers, keyOf, scopeOf, isJsonType, splitUrl, readStream,
+  MAX_REQUEST_BYTES, Course, settings, renamed, problem, answers, keyOf, utf8Text, canonicalRoute, scopeOf, isJsonType,
+  splitUrl, readStream,
 };

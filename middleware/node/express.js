@@ -7,17 +7,16 @@
 //   });
 //
 // Put it before body parsers: it reads the raw body (for the fingerprint, up to
-// maxBodyBytes), sets req.rawBody, and for JSON sets req.body itself.  The response,
+// maxRequestBytes), sets req.rawBody, and for JSON sets req.body itself.  The response,
 // written at once or in pieces, is held until it is stored and committed.
 const {
-  MAX_BODY_BYTES, Course, settings, problem, answers, keyOf, scopeOf, isJsonType, splitUrl, readStream,
+  MAX_REQUEST_BYTES, Course, settings, answers, keyOf, canonicalRoute, scopeOf, isJsonType, splitUrl, readStream,
 } = require('./core');
 
-const readBefore = () => problem(500, 'The request body was read before the idempotency middleware', {
-  detail: 'Place idempotency() before express.json() and any other body parser: it reads the body ' +
-    'itself and parses JSON into req.body. A parser that must come first can keep the raw bytes ' +
-    'as req.rawBody: express.json({ verify: (req, res, buf) => { req.rawBody = buf; } }).',
-});
+const readBefore = () => answers.readBefore(
+  'Place idempotency() before express.json() and any other body parser: it reads the body ' +
+  'itself and parses JSON into req.body. A parser that must come first can keep the raw bytes ' +
+  'as req.rawBody: express.json({ verify: (req, res, buf) => { req.rawBody = buf; } }).');
 
 function idempotency(pool, options = {}) {
   if (!pool || typeof pool.connect !== 'function') {
@@ -33,7 +32,7 @@ function idempotency(pool, options = {}) {
 async function protect(pool, config, req, res, next) {
   const { key, refusal } = keyOf(req.headers[config.header], config);
   if (refusal) return send(res, refusal);
-  const read = await requestBody(req, config.maxBodyBytes ?? MAX_BODY_BYTES);
+  const read = await requestBody(req, config.maxRequestBytes ?? MAX_REQUEST_BYTES);
   if (read.answer) return send(res, read.answer);
   const contentType = req.headers['content-type'] || '';
   req.rawBody = read.body;
@@ -60,7 +59,7 @@ async function protect(pool, config, req, res, next) {
   }
   const course = new Course(pool, {
     method: req.method, route, ...splitUrl(req.originalUrl), body: read.body, key, contentType, scope,
-  }, config);
+  }, config, (error) => report(req, error));
   const answer = await course.start();
   if (answer) return send(res, answer);
   req.idempotency = course.context();
@@ -69,11 +68,11 @@ async function protect(pool, config, req, res, next) {
   next();
 }
 
-// The route pattern: the path the route was declared with (within its router: the
-// mount path is in the request's path), as 0.3.0's scope had it; the path itself where
-// the route is not known yet (app.use).
+// The route pattern: the canonical form (src/protocol.txt, "route rules") of the path the
+// route was declared with (within its router: the mount path is in the request's path);
+// the path itself where the route is not known yet (app.use).
 function routeOf(req) {
-  return req.route ? String(req.route.path) : splitUrl(req.originalUrl).path;
+  return req.route ? canonicalRoute('colon', req.route.path) : splitUrl(req.originalUrl).path;
 }
 
 // {body} or {answer}: the request's raw bytes, read here unless a parser placed before
@@ -183,7 +182,7 @@ function holdResponse(req, res, course) {
       (error) => {
         report(req, error);
         for (const name of this.getHeaderNames()) this.removeHeader(name);
-        send(this, problem(500, 'Internal Server Error'));
+        send(this, answers.internalError());
       },
     );
     return this;

@@ -12,13 +12,14 @@
 //   });
 const { Readable } = require('node:stream');
 const {
-  MAX_BODY_BYTES, Course, settings, answers, keyOf, scopeOf, splitUrl, readStream,
+  MAX_REQUEST_BYTES, Course, settings, renamed, answers, keyOf, canonicalRoute, scopeOf, splitUrl, readStream,
 } = require('./core');
 
 const kState = Symbol('pg-idempotency'); // per request: {config, key, body, course}
 
 async function fastifyIdempotency(fastify, options = {}) {
-  const { pool, ...rest } = options;
+  const { pool, ...given } = options;
+  const rest = renamed(given);
   if (!pool || typeof pool.connect !== 'function') {
     throw new TypeError('pg-idempotency: register(fastifyIdempotency, { pool }) needs a pg Pool');
   }
@@ -28,7 +29,7 @@ async function fastifyIdempotency(fastify, options = {}) {
     const own = (request.routeOptions.config || {}).idempotency;
     if (own === false) return null;
     if (own == null || own === true) return base;
-    if (!routeSettings.has(own)) routeSettings.set(own, settings({ ...rest, ...own }));
+    if (!routeSettings.has(own)) routeSettings.set(own, settings({ ...rest, ...renamed(own) }));
     return routeSettings.get(own);
   };
   if (!fastify.hasRequestDecorator('idempotency')) fastify.decorateRequest('idempotency', null);
@@ -40,7 +41,7 @@ async function fastifyIdempotency(fastify, options = {}) {
     if (!config || !config.methods.includes(request.method) || request[kState]) return payload;
     const { key, refusal } = keyOf(request.headers[config.header], config);
     if (refusal) return answer(reply, refusal);
-    const limit = config.maxBodyBytes ?? request.routeOptions.bodyLimit ?? MAX_BODY_BYTES;
+    const limit = config.maxRequestBytes ?? request.routeOptions.bodyLimit ?? MAX_REQUEST_BYTES;
     if (Number(request.headers['content-length']) > limit) return answer(reply, answers.bodyTooLarge(limit));
     const held = await readStream(payload, limit);
     if (held.over) return answer(reply, answers.bodyTooLarge(limit));
@@ -54,7 +55,7 @@ async function fastifyIdempotency(fastify, options = {}) {
     const state = request[kState];
     if (!state || state.course) return undefined;
     const { config, key, body } = state;
-    const route = request.routeOptions.url;
+    const route = canonicalRoute('colon', request.routeOptions.url);
     let scope = '';
     if (key != null) {
       try {
@@ -67,7 +68,7 @@ async function fastifyIdempotency(fastify, options = {}) {
     const course = new Course(pool, {
       method: request.method, route, ...splitUrl(request.url), body, key,
       contentType: request.headers['content-type'] || '', scope,
-    }, config);
+    }, config, (error) => request.log.error({ err: error }, 'pg-idempotency: a database call failed'));
     const refused = await course.start();
     if (refused) return answer(reply, refused);
     state.course = course;
@@ -80,10 +81,17 @@ async function fastifyIdempotency(fastify, options = {}) {
   fastify.addHook('onSend', async (request, reply, payload) => {
     const course = request[kState]?.course;
     if (!course || !course.client) return payload;
-    const body = await bytesOf(payload, course.responseCap);
-    const response = { status: reply.statusCode, headers: reply.getHeaders(), body };
-    const sent = await course.finish(response);
-    if (sent === response) return body;
+    let sent;
+    try {
+      const body = await bytesOf(payload, course.responseCap);
+      const response = { status: reply.statusCode, headers: reply.getHeaders(), body };
+      sent = await course.finish(response);
+      if (sent === response) return body;
+    } catch (error) {
+      request.log.error({ err: error }, 'pg-idempotency: the response could not be stored');
+      await course.abort();
+      sent = answers.internalError();
+    }
     for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
     reply.code(sent.status).headers(sent.headers);
     return sent.body;

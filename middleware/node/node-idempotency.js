@@ -13,10 +13,26 @@
 // with the string as the stored body; get reads either back, and nothing once the ttl
 // has passed.  get reads what is committed, as a SELECT does.  The claim is arbitrated by
 // the extension, so two processes never both hear "new" for one key.
+//
+// The library's key (its cache key: a prefix, the method, the path and the Idempotency-Key
+// header) is read as the middleware reads a key: the header's bytes, which Node's parser
+// gives a character each (latin1), as UTF-8 text.  A key whose bytes are not UTF-8 rejects
+// the operation with a TypeError whose code is IDEMPOTENCY_KEY_NOT_UTF8 (the library passes
+// it on to the application), rather than being stored as other text.
+const { utf8Text } = require('./core');
 
 // The claim of ($1 scope, $2 key) with ($3) ttl and lease, keeping ($4) the value.
 const BEGIN = `idempotency_begin($1, $2, request_hash_text($1), ttl => $3::interval,
                                  lease => $3::interval, claim_data => to_jsonb($4::text))`;
+
+// The extension's key of the library's `key`.
+function keyText(key) {
+  const text = utf8Text(String(key));
+  if (text != null) return text;
+  const error = new TypeError('pg-idempotency: the Idempotency-Key header is not valid UTF-8');
+  error.code = 'IDEMPOTENCY_KEY_NOT_UTF8';
+  throw error;
+}
 
 class PostgresStorageAdapter {
   constructor(pool, { scope = 'node-idempotency', defaultTtlMs = 24 * 3600 * 1000 } = {}) {
@@ -30,7 +46,8 @@ class PostgresStorageAdapter {
   }
 
   async setIfNotExists(key, val, { ttl } = {}) {
-    const { rows } = await this.pool.query(`SELECT outcome::text AS outcome FROM ${BEGIN}`, [this.scope, key, this.interval(ttl), val]);
+    const { rows } = await this.pool.query(`SELECT outcome::text AS outcome FROM ${BEGIN}`,
+      [this.scope, keyText(key), this.interval(ttl), val]);
     return rows[0].outcome === 'claimed';
   }
 
@@ -44,14 +61,14 @@ class PostgresStorageAdapter {
                                    attempt => b.attempt, replace => b.outcome = 'replay',
                                    omit_oversized => false)
          FROM ${BEGIN} AS b`,
-      [this.scope, key, this.interval(ttl), val]);
+      [this.scope, keyText(key), this.interval(ttl), val]);
   }
 
   async get(key) {
     const { rows } = await this.pool.query(
       `SELECT CASE WHEN status = 'completed' THEN convert_from(response_body_bytes, 'UTF8')
                    ELSE claim_data #>> '{}' END AS value
-         FROM idempotency_lookup($1, $2)`, [this.scope, key]);
+         FROM idempotency_lookup($1, $2)`, [this.scope, keyText(key)]);
     return rows.length ? rows[0].value ?? undefined : undefined;
   }
 }

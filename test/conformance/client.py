@@ -7,6 +7,7 @@ Speaks plain HTTP to the server and reads the database only to hold the handlers
 "N passed, N failed"; exits 1 when any check failed.
 """
 import argparse
+import gzip
 import http.client
 import json
 import threading
@@ -21,6 +22,8 @@ CONDITION_TIMEOUT = 60  # seconds to wait for a condition the server must reach
 LARGE = 5 * 1024 * 1024
 MEDIUM = 200 * 1000
 DUPLICATES = 200
+OPTIONS_LIMIT = 1024  # the options application's max_request_bytes
+OPTIONS_HEADER = "Request-Key"  # and its header
 
 
 class Answer:
@@ -78,18 +81,25 @@ class Suite:
         self.serial += 1
         return f"{what}-{self.run_id}-{self.serial}"
 
-    def post(self, path, body, key=None, headers=None):
-        """POSTs `body` (JSON unless bytes) with `key` as the Idempotency-Key: text is sent
-        as its UTF-8 bytes, bytes as they are."""
+    def post(self, path, body, key=None, headers=None, method="POST", chunked=False,
+             key_header="Idempotency-Key"):
+        """POSTs `body` (JSON unless bytes) with `key` as the `key_header`: text is sent as
+        its UTF-8 bytes, bytes as they are; `chunked` sends the body without a
+        Content-Length, in chunks."""
         payload = body if isinstance(body, bytes) else json.dumps(body).encode()
         if isinstance(key, str):
             key = key.encode()
         sent = {"Content-Type": "application/json", **(headers or {})}
         if key is not None:
-            sent["Idempotency-Key"] = key
+            sent[key_header] = key
         conn = http.client.HTTPConnection(self.host, self.port, timeout=ANSWER_TIMEOUT)
         try:
-            conn.request("POST", path, payload, sent)
+            if chunked:
+                conn.request(method, path, iter([payload[:len(payload) // 2],
+                                                 payload[len(payload) // 2:]]),
+                             sent, encode_chunked=True)
+            else:
+                conn.request(method, path, payload, sent)
             response = conn.getresponse()
             body = response.read()
             return Answer(response.status,
@@ -165,6 +175,10 @@ class Suite:
         return (answer.status == status and not answer.replayed()
                 and isinstance(document, dict) and "order" in document
                 and answer.headers.get("location") == f"/orders/{document['order']}")
+
+    def scopes(self, key):
+        return sorted(row[0] for row in self.db.execute(
+            "SELECT scope FROM idempotency.keys WHERE key = %s", (key,)))
 
     def is_replay_of(self, answer, first):
         return (answer.status == first.status and answer.replayed()
@@ -301,23 +315,25 @@ class Suite:
         self.check(self.is_first(first) and len(first.body) > MEDIUM
                    and self.is_replay_of(retry, first) and self.orders(item) == 1,
                    "a 200 kB response is stored and replayed whole", first, retry)
-        key, item = self.fresh("key"), self.fresh("item")
-        first = self.post("/orders", {"item": item, "size": LARGE}, key)
-        retry = self.post("/orders", {"item": item, "size": LARGE}, key)
-        if first.status == 201:
-            self.check(self.is_first(first) and len(first.body) > LARGE
-                       and self.is_replay_of(retry, first) and self.orders(item) == 1,
-                       "a 5 MB response is stored and replayed whole", first, retry)
-        else:
-            named = all(b"idempotency.max_response_bytes" in answer.body
-                        for answer in (first, retry))
-            self.check(first.status is not None and first.status >= 500
-                       and self.is_problem(first, first.status)
-                       and self.is_problem(retry, first.status) and named
-                       and self.orders(item) == 0,
-                       "a 5 MB response is refused with a 5xx that names "
-                       "idempotency.max_response_bytes, its work and its retry's rolled back",
-                       first, retry, f"orders: {self.orders(item)}")
+        for stream in (False, True):
+            key, item, how = self.fresh("key"), self.fresh("item"), "streamed " if stream else ""
+            body = {"item": item, "size": LARGE, "stream": stream}
+            first = self.post("/orders", body, key)
+            retry = self.post("/orders", body, key)
+            if first.status == 201:
+                self.check(self.is_first(first) and len(first.body) > LARGE
+                           and self.is_replay_of(retry, first) and self.orders(item) == 1,
+                           f"a {how}5 MB response is stored and replayed whole", first, retry)
+            else:
+                named = all(b"idempotency.max_response_bytes" in answer.body
+                            for answer in (first, retry))
+                self.check(first.status is not None and first.status >= 500
+                           and self.is_problem(first, first.status)
+                           and self.is_problem(retry, first.status) and named
+                           and self.orders(item) == 0,
+                           f"a {how}5 MB response is refused with a 5xx that names "
+                           "idempotency.max_response_bytes, its work and its retry's rolled back",
+                           first, retry, f"orders: {self.orders(item)}")
 
     def streamed_response(self):
         key, item = self.fresh("key"), self.fresh("item")
@@ -327,6 +343,42 @@ class Suite:
         self.check(self.is_first(first) and len(first.body) > 50000
                    and self.is_replay_of(retry, first) and self.orders(item) == 1,
                    "a streamed response is stored and replayed byte for byte", first, retry)
+
+    def compression(self):
+        """/compressed/orders is behind the setup's usual compression, in its natural order
+        (inside the middleware, or outside it): whichever coding a client accepts, a replay
+        decodes to the first body."""
+        def decoded(answer):
+            coding = answer.headers.get("content-encoding", "identity").lower()
+            try:
+                body = gzip.decompress(answer.body) if coding in ("gzip", "x-gzip") else \
+                    answer.body if coding == "identity" else None
+            except (OSError, EOFError):
+                body = None
+            return Answer(answer.status, answer.headers, body or b"", answer.error)
+
+        def varies(answer):
+            vary = answer.headers.get("vary", "").lower()
+            return "content-encoding" not in answer.headers or "accept-encoding" in vary
+
+        key, item = self.fresh("key"), self.fresh("item")
+        body = {"item": item, "size": 4000}
+        first = self.post("/compressed/orders", body, key, headers={"Accept-Encoding": "gzip"})
+        plain = self.post("/compressed/orders", body, key, headers={"Accept-Encoding": "identity"})
+        coded = self.post("/compressed/orders", body, key, headers={"Accept-Encoding": "gzip"})
+        print(f"# the replays' Content-Encoding: {plain.headers.get('content-encoding', 'none')},"
+              f" {coded.headers.get('content-encoding', 'none')}", flush=True)
+        self.check(first.headers.get("content-encoding") == "gzip"
+                   and self.is_first(decoded(first)) and varies(first),
+                   "compression: a client that accepts gzip is sent gzip, with Vary: Accept-Encoding",
+                   first)
+        self.check(all(a.replayed() and a.status == first.status and varies(a)
+                       and decoded(a).body == decoded(first).body
+                       and a.headers.get("location") == first.headers.get("location")
+                       for a in (plain, coded)) and self.orders(item) == 1,
+                   "compression: a replay decodes to the first body, to a client that accepts no "
+                   "coding and to one that accepts gzip, and names its coding in Vary", plain, coded,
+                   f"orders: {self.orders(item)}")
 
     def failures(self):
         for how in ("sync", "async"):
@@ -348,8 +400,45 @@ class Suite:
                    "again", first, retry)
         item = self.fresh("item")
         answer = self.post("/orders", {"item": item}, self.fresh("key"), {"X-Tenant": "fail"})
-        self.check(answer.status == 500 and self.orders(item) == 0,
-                   "a tenant hook that fails answers 500 and runs nothing", answer)
+        self.check(self.is_problem(answer, 500) and self.orders(item) == 0,
+                   "a tenant hook that fails answers 500 problem+json and runs nothing", answer)
+
+    def database_error(self):
+        """An error of the middleware's own statement that no SQLSTATE of the map answers:
+        a scope longer than idempotency.max_key_length (22001), from the tenant hook."""
+        item = self.fresh("item")
+        answer = self.post("/orders", {"item": item}, self.fresh("key"), {"X-Tenant": "t" * 2000})
+        self.check(self.is_problem(answer, 500) and self.orders(item) == 0,
+                   "a database error of the middleware's own answers 500 problem+json, never "
+                   "the framework's error page, and runs nothing", answer)
+
+    def content_type_bytes(self):
+        """A Content-Type whose bytes are not UTF-8 (Latin-1 in a parameter) is the header's
+        bytes a character each (ISO-8859-1) in every package: the request is served, its
+        fingerprint is the one the client computes that way, and the same request sent to
+        every setup of a run, against one database, is made by the first and replayed by
+        every other."""
+        content_type = b'application/json; note="caf\xe9"'
+        for key, item, label in ((self.fresh("key"), self.fresh("item"), "in this setup"),
+                                 ("moved-content-type", "moved-content-type",
+                                  "moved between packages")):
+            made = self.orders(item)
+            body = json.dumps({"item": item}).encode()
+            answer = self.post("/orders", body, key, {"Content-Type": content_type})
+            expected = self.query(
+                "SELECT request_hash_parts('POST', '/orders', '/orders', '',"
+                " request_hash_body(convert_from(%s, 'LATIN1'), %s)::text)::text",
+                (content_type, body))
+            stored = self.query(
+                "SELECT (SELECT request::text FROM idempotency.keys"
+                " WHERE scope = 'public' AND key = %s)", (key,))
+            served = (self.is_first(answer) if made == 0 else
+                      answer.status == 201 and answer.replayed())
+            self.check(served and stored == expected and self.orders(item) == 1,
+                       "a Content-Type whose bytes are not UTF-8 is served and fingerprinted as"
+                       f" its bytes read as ISO-8859-1 ({label})",
+                       f"stored {stored}, expected {expected}, orders {self.orders(item)}",
+                       answer)
 
     def split_transaction(self):
         """A pooler in transaction mode can end a request's transaction early (a driver's
@@ -390,6 +479,162 @@ class Suite:
         self.check(self.is_replay_of(again_one, one) and self.is_replay_of(again_two, two),
                    "each tenant's retry gets its own response", again_one, again_two)
 
+    # ------------------------------------------------------------- the options application
+
+    def opt(self, *args, **kwargs):
+        """A request to the options application, its key in OPTIONS_HEADER."""
+        return self.post(*args, key_header=OPTIONS_HEADER, **kwargs)
+
+    def options_two_phase(self):
+        """Two-phase mode (lease): the claim commits at once; the handler's checkpoint
+        commits; once the lease has ended, a retry takes the key over (attempt 2) and sees
+        the recovery point; the first attempt, released, is fenced off (409) and its work
+        rolled back; a later retry replays the takeover's answer."""
+        key, item = self.fresh("key"), self.fresh("item")
+        body = {"item": item, "gate": self.new_gate(), "checkpoint": "step-1"}
+        try:
+            first = self.post_in_background("/options/orders/1", body, key,
+                                            key_header=OPTIONS_HEADER)
+            if not self.check(self.held_at_gate(body["gate"]),
+                              "two-phase: a request is held in its handler"):
+                return
+            self.check(self.wait_for("its checkpoint", lambda: self.query(
+                "SELECT count(*) FROM idempotency.keys WHERE key = %s AND status = 'p'"
+                " AND recovery_point = 'step-1'", (key,)) == 1),
+                "two-phase: the claim and the handler's checkpoint are committed while it runs")
+            if not self.check(self.wait_for("the lease's end", lambda: self.query(
+                    "SELECT count(*) FROM idempotency.keys WHERE key = %s"
+                    " AND lease_expires_at < pg_catalog.clock_timestamp()", (key,)) == 1),
+                    "two-phase: the lease ends while the handler is held"):
+                return
+            takeover = self.opt("/options/orders/1", body, key)
+            document = takeover.json() or {}
+            self.check(self.is_first(takeover) and document.get("attempt") == 2
+                       and document.get("recovered") == "step-1",
+                       "two-phase: a retry after the lease takes the key over (attempt 2) and "
+                       "sees the recovery point", takeover)
+        finally:
+            self.open_gate(body["gate"])
+        first = first()
+        self.check(self.is_problem(first, 409) and first.headers.get("retry-after", "").isdigit()
+                   and self.orders(item) == 1,
+                   "two-phase: the first attempt, taken over, is fenced off: 409 with "
+                   "Retry-After, its work rolled back", first, f"orders: {self.orders(item)}")
+        retry = self.opt("/options/orders/1", body, key)
+        self.check(self.is_replay_of(retry, takeover) and self.orders(item) == 1,
+                   "two-phase: a later retry replays the takeover's answer", retry)
+
+    def options_body_limit(self):
+        item = self.fresh("item")
+        body = {"item": item, "pad": "p" * OPTIONS_LIMIT}
+        for chunked, how in ((False, "with its Content-Length"), (True, "chunked")):
+            answer = self.opt("/options/orders/1", body, self.fresh("key"), chunked=chunked)
+            self.check(self.is_problem(answer, 413) and self.orders(item) == 0,
+                       f"a body over max_request_bytes ({OPTIONS_LIMIT}) answers 413 and runs "
+                       f"nothing, sent {how}", answer)
+        answer = self.opt("/options/orders/1", {"item": item}, self.fresh("key"), chunked=True)
+        self.check(self.is_first(answer) and self.orders(item) == 1,
+                   "a body within max_request_bytes, chunked, is served", answer)
+
+    def options_per_route(self):
+        """scope_per_route: the scope is "<tenant> <METHOD> <route>", the route in its
+        canonical form, whatever the framework's syntax for a parameter."""
+        key, item = self.fresh("key"), self.fresh("item")
+        orders = self.opt("/options/orders/7", {"item": item}, key)
+        refunds = self.opt("/options/refunds/7", {"item": item}, key)
+        self.check(self.is_first(orders) and self.is_first(refunds) and self.orders(item) == 2,
+                   "scope_per_route: the same key on another route is another request", orders,
+                   refunds)
+        scopes = self.scopes(key)
+        self.check(scopes == ["public POST /options/orders/{id}", "public POST /options/refunds/{id}"],
+                   "scope_per_route: the scope names the route's canonical pattern", scopes)
+        again = self.opt("/options/orders/8", {"item": item}, key)
+        self.check(self.is_problem(again, 422) and self.orders(item) == 2,
+                   "scope_per_route: the same key on the same route, another path, is 422", again)
+
+    def options_moved(self):
+        """A per-route request moved between packages: the same key, route and request sent
+        to every setup of a run, against one database; the first setup makes its order, and
+        every later one -- another package's included -- replays it."""
+        key, item = "moved-per-route", "moved-per-route"
+        made = self.orders(item)
+        answer = self.opt("/options/orders/42", {"item": item}, key)
+        rows = [row[0] for row in self.db.execute(
+            "SELECT id FROM orders WHERE item = %s", (item,))]
+        document = answer.json()
+        if made == 0:
+            ok = self.is_first(answer)
+        else:
+            ok = (answer.status == 201 and answer.replayed() and isinstance(document, dict)
+                  and document.get("order") in rows)
+        self.check(ok and len(rows) == 1 and self.scopes(key) == ["public POST /options/orders/{id}"],
+                   "scope_per_route on a route with a parameter: one order, made by the first "
+                   "setup of the run and replayed by every other package",
+                   f"orders before: {made}, after: {rows}, scopes: {self.scopes(key)}", answer)
+
+    def options_server_errors(self):
+        key, item = self.fresh("key"), self.fresh("item")
+        first = self.opt("/options/orders/1", {"item": item, "status": 503}, key)
+        retry = self.opt("/options/orders/1", {"item": item, "status": 503}, key)
+        self.check(first.status == 503 and not first.replayed()
+                   and self.is_replay_of(retry, first) and self.orders(item) == 1,
+                   "store_server_errors: a 503 is stored, and its retry replays it, whatever the "
+                   "server's idempotency.store_server_errors", first, retry)
+
+    def options_methods(self):
+        key, item = self.fresh("key"), self.fresh("item")
+        first = self.opt("/options/orders/5", {"item": item}, key, method="PUT")
+        retry = self.opt("/options/orders/5", {"item": item}, key, method="PUT")
+        self.check(self.is_first(first) and self.is_replay_of(retry, first)
+                   and self.orders(item) == 1,
+                   "methods with PUT: a PUT is protected, and its retry replays", first, retry)
+        key, item = self.fresh("key"), self.fresh("item")
+        answers = [self.opt("/options/orders/5", {"item": item}, key, method="PATCH")
+                   for _ in range(2)]
+        self.check(all(self.is_first(a) for a in answers) and self.orders(item) == 2,
+                   "methods without PATCH: a PATCH passes through, run each time", *answers)
+
+    def options_omitted_body(self):
+        """A record stored without its body (by another caller, over the limit with
+        omit_oversized) replays as 500 naming the setting, never as an empty body."""
+        key, item = self.fresh("key"), self.fresh("item")
+        first = self.opt("/options/orders/1", {"item": item}, key)
+        self.db.execute("UPDATE idempotency.keys SET response_body_bytes = NULL,"
+                        " response_body_omitted = true WHERE key = %s", (key,))
+        retry = self.opt("/options/orders/1", {"item": item}, key)
+        self.check(self.is_first(first) and self.is_problem(retry, 500)
+                   and b"idempotency.max_response_bytes" in retry.body
+                   and self.orders(item) == 1,
+                   "a replay of a record stored without its body answers 500 naming "
+                   "idempotency.max_response_bytes, never an empty body", first, retry)
+
+    def options_header_and_ttl(self):
+        """header, required, stored_headers and ttl: the key is read from the header named,
+        a request without it runs unprotected, the headers named are stored and replayed,
+        and the key keeps the ttl given."""
+        key, item = self.fresh("key"), self.fresh("item")
+        first = self.opt("/options/orders/1", {"item": item}, key)
+        retry = self.opt("/options/orders/1", {"item": item}, key)
+        ttl = self.query("SELECT (SELECT ttl::text FROM idempotency.keys WHERE key = %s)", (key,))
+        self.check(self.is_first(first) and self.is_replay_of(retry, first)
+                   and retry.headers.get("x-order") == first.headers.get("x-order") is not None
+                   and ttl == "01:00:00" and self.orders(item) == 1,
+                   "header, stored_headers and ttl: the key is the header named, the headers "
+                   "named are replayed, the key keeps its ttl", first, retry, f"ttl {ttl}")
+        item = self.fresh("item")
+        answers = [self.post("/options/orders/1", {"item": item}, self.fresh("key"))
+                   for _ in range(2)]
+        self.check(all(self.is_first(a) for a in answers) and self.orders(item) == 2,
+                   "required off: a request without the key header named (an Idempotency-Key is "
+                   "another header) runs unprotected, each time", *answers)
+        item = self.fresh("item")
+        answer = self.opt("/options/orders/1", {"item": item}, b"\xff-" + item.encode())
+        self.check(self.is_problem(answer, 400)
+                   and (answer.json() or {}).get("title")
+                   == f"The {OPTIONS_HEADER} header is not valid UTF-8"
+                   and self.orders(item) == 0,
+                   "a key that is not UTF-8 answers 400, its title naming the header", answer)
+
     def concurrent(self, path, waits):
         key, item = self.fresh("key"), self.fresh("item")
         start = threading.Barrier(DUPLICATES)
@@ -420,9 +665,12 @@ class Suite:
 
     def run(self):
         for case in (self.first_answer_and_replay, self.keys, self.key_bytes, self.another_request,
-                     self.json_bodies, self.in_flight, self.waiting, self.large_responses,
-                     self.streamed_response, self.failures, self.split_transaction,
-                     self.parser_first, self.tenants,
+                     self.json_bodies, self.content_type_bytes, self.in_flight, self.waiting,
+                     self.large_responses, self.streamed_response, self.compression, self.failures,
+                     self.database_error, self.split_transaction, self.parser_first, self.tenants,
+                     self.options_two_phase, self.options_body_limit, self.options_per_route,
+                     self.options_moved, self.options_server_errors, self.options_methods,
+                     self.options_omitted_body, self.options_header_and_ttl,
                      lambda: self.concurrent("/orders", waits=False),
                      lambda: self.concurrent("/waiting/orders", waits=True)):
             try:

@@ -1,8 +1,10 @@
 # One list of error codes (src/errcodes.txt) feeds the C++ constants, every
-# middleware package's SQLSTATE map and doc/reference.md's table: the files
-# generated from it are what it gives, the documentation agrees with it, no
-# source defines a SQLSTATE of its own, and the check notices a file that
-# drifted.  Needs no server.
+# middleware package's SQLSTATE map and doc/reference.md's table, and one
+# protocol (src/protocol.txt) what the middleware packages share (answers,
+# defaults, option names, route rules, SQL) and middleware/README.md's tables:
+# the files generated from them are what they give (src/protocol.pl), the
+# documentation agrees with them, no source defines a SQLSTATE of its own, and
+# the check notices a file, a table or a rule that drifted.  Needs no server.
 use strict;
 use warnings;
 use File::Copy qw(copy);
@@ -15,12 +17,12 @@ sub check
 {
 	my ($root) = @_;
 	my ($out, $err) = ('', '');
-	my $ok = IPC::Run::run([ 'perl', "$root/src/errcodes.pl", '--check' ], '>', \$out, '2>', \$err);
+	my $ok = IPC::Run::run([ 'perl', "$root/src/protocol.pl", '--check' ], '>', \$out, '2>', \$err);
 	return ($ok, "$out$err");
 }
 
 my ($ok, $output) = check('.');
-ok($ok, 'the generated files and doc/reference.md agree with src/errcodes.txt') or diag($output);
+ok($ok, 'the generated files, doc/reference.md and middleware/README.md agree with src/errcodes.txt and src/protocol.txt') or diag($output);
 
 # Every IK code of the list is used somewhere, by its constant's name.
 my $sources = join '', map { slurp($_) } grep { !/errcodes\.hpp$/ } glob('src/*.cpp src/*.hpp');
@@ -36,18 +38,32 @@ is_deeply(\@defined, [], 'no source file defines a SQLSTATE outside src/errcodes
 
 # The check can fail: a copy whose Node map and documentation drifted.
 my $copy = tempdir(CLEANUP => 1);
-for my $file (qw(src/errcodes.txt src/errcodes.pl src/errcodes.hpp doc/reference.md),
-	glob('middleware/*/errcodes.* middleware/*/*/errcodes.* middleware/*/src/main/java/*/*/ErrorCodes.java'))
+for my $file (qw(src/errcodes.txt src/protocol.txt src/protocol.pl src/errcodes.hpp doc/reference.md
+	middleware/README.md), glob('middleware/*/protocol.* middleware/*/*/protocol.* middleware/*/src/main/java/*/*/Protocol.java'))
 {
 	make_path("$copy/" . ($file =~ s{/[^/]+$}{}r));
 	copy($file, "$copy/$file") or die "copy $file: $!";
 }
 ok((check($copy))[0], 'a faithful copy passes the check');
-my $map = "$copy/middleware/node/errcodes.js";
+my $map = "$copy/middleware/node/protocol.js";
 my $text = slurp($map) =~ s/\[409,/[400,/r;
 write_file($map, $text);
 ($ok, $output) = check($copy);
-ok(!$ok && $output =~ m{middleware/node/errcodes\.js}, 'a hand-edited map fails the check');
+ok(!$ok && $output =~ m{middleware/node/protocol\.js}, 'a hand-edited map fails the check');
+write_file($map, slurp('middleware/node/protocol.js'));
+my $readme = "$copy/middleware/README.md";
+write_file($readme, slurp($readme) =~ s/^(\| `scope_per_route` \| )`scopePerRoute`/$1`perRoute`/mr);
+($ok, $output) = check($copy);
+like($output, qr/scope_per_route in node is "perRoute /, 'an option table that drifted fails the check');
+write_file($readme, slurp($readme) =~ s/^(\|.*\| )413( \| The request body is too large \|)$/${1}400$2/mr);
+($ok, $output) = check($copy);
+like($output, qr/"The request body is too large" is 400, not 413/, 'an answer table that drifted fails the check');
+write_file($readme, slurp('middleware/README.md'));
+my $protocol = "$copy/src/protocol.txt";
+write_file($protocol, slurp($protocol) =~ s/^(colon\s+)\[\{\}\](\s+)-$/$1\\{$2-/mr);
+($ok, $output) = check($copy);
+like($output, qr{the colon pattern /orders\{/:id\} becomes}, 'a route rule that breaks an example fails the check');
+write_file($protocol, slurp('src/protocol.txt'));
 my $doc = "$copy/doc/reference.md";
 write_file($doc, slurp($doc) =~ s/^\| IK003 \|(.*)\| 409, with `Retry-After` \|$/| IK003 |$1| 500 |/mr);
 ($ok, $output) = check($copy);

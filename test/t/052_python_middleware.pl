@@ -1,6 +1,7 @@
 # The Python middleware (middleware/python: Flask, FastAPI/Starlette, Django;
 # psycopg 3 and psycopg2) against a server with the extension: its own suite,
-# middleware/python/tests, one TAP line per test.  Needs Debian's
+# middleware/python/tests (the adapters' glue; what every package shares is
+# the conformance suite's, t/056), one TAP line per test.  Needs Debian's
 # python3-flask, python3-fastapi, python3-starlette, python3-httpx,
 # python3-django, python3-psycopg and python3-psycopg2; skips, saying so,
 # without them.
@@ -39,7 +40,7 @@ sub run_suite
 			@ENV{qw(PGHOST PGPORT PGDATABASE PGUSER)} = ($host, $port, 'middleware', $user);
 		});
 	my @tests = $out =~ /^((?:not )?ok \d+ - .*)$/mg;
-	ok(@tests >= 40, "$label: the middleware suite ran its tests") or diag("$out\n$err");
+	ok(@tests >= 20, "$label: the middleware suite ran its tests") or diag("$out\n$err");
 	for my $line (@tests)
 	{
 		my ($failed, $name) = $line =~ /^(not )?ok \d+ - (.*)$/;

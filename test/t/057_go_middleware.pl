@@ -1,9 +1,10 @@
 # The Go middleware (middleware/go: net/http over database/sql), built offline
 # as its users' modules build it (middleware/go/conformance/vendor-debian), and
-# its tests, one TAP line per Go test: the package's own (no server), the
-# README's example, and the integration tests with lib/pq and pgx v4's stdlib,
-# the standard ServeMux, chi and gorilla/mux, against a server with the
-# extension, directly and through PgBouncer in transaction mode.  Needs Go and
+# its tests, one TAP line per Go test: the package's own glue (no server), the
+# README's example, and the integration tests with lib/pq and pgx v4's stdlib
+# (chi and gorilla/mux, the drivers' errors), against a server with the
+# extension, directly and through PgBouncer in transaction mode.  What every
+# package does, with every option, is the conformance suite's (t/056).  Needs Go and
 # Debian's sources of the drivers and routers (golang-go,
 # golang-github-lib-pq-dev, golang-github-jackc-pgx-v4-dev,
 # golang-github-go-chi-chi-dev, golang-github-gorilla-mux-dev); skips, saying

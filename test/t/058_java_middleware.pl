@@ -104,7 +104,7 @@ for my $report (sort glob("$build/target/surefire-reports/TEST-*.xml"))
 		  or diag("$problem: " . (($body =~ m{message="([^"]*)"})[0] // $body));
 	}
 }
-ok($tests >= 30, 'mvn package ran the JUnit tests') or diag("$out\n$err");
+ok($tests >= 20, 'mvn package ran the JUnit tests') or diag("$out\n$err");
 ok($built, 'mvn --offline package succeeds against Debian\'s repository') or diag("$out\n$err");
 my $jar = "$build/target/pg-idempotency-$version.jar";
 ok(-f $jar, "it writes target/pg-idempotency-$version.jar");

@@ -1,8 +1,9 @@
 // The application every conformance setup serves (test/conformance/README.md), over the
 // standard library's ServeMux and database/sql with the driver its first argument names:
-// "postgres" (lib/pq) or "pgx" (pgx v4's stdlib). It listens on its second argument and
-// takes the database from libpq's environment (PGHOST, PGPORT, PGDATABASE, PGUSER), which
-// both drivers read.
+// "postgres" (lib/pq) or "pgx" (pgx v4's stdlib), and the options application on chi, the
+// router whose patterns name a route with parameters. It listens on its second argument
+// and takes the database from libpq's environment (PGHOST, PGPORT, PGDATABASE, PGUSER),
+// which both drivers read.
 package main
 
 import (
@@ -16,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	_ "github.com/jackc/pgx/v4/stdlib"
 	_ "github.com/lib/pq"
 	idempotency "github.com/pg-idempotency/idempotency/middleware/go"
@@ -39,7 +42,105 @@ func main() {
 	mux.Handle("/waiting/orders", waiting(order))
 	// Go has no body parser to place before the middleware: the same as /orders.
 	mux.Handle("/parsed/orders", protect(order))
+	mux.Handle("/options/", optionsApp(db))
+	// chi's Compress inside the middleware, which then holds gzip bytes for a client that
+	// accepts them.
+	compressed := chi.NewRouter()
+	compressed.With(protect, middleware.Compress(5)).Post("/compressed/orders", order)
+	mux.Handle("/compressed/", compressed)
 	log.Fatal(http.ListenAndServe(os.Args[2], mux))
+}
+
+// optionsApp is the options application (test/conformance/README.md, "The options
+// application"), on chi: the route is chi's pattern, "{id:[0-9]+}" and all.
+func optionsApp(db *sql.DB) http.Handler {
+	protect := idempotency.Middleware(db, idempotency.Options{
+		Header: "Request-Key", KeyOptional: true, StoredHeaders: []string{"Content-Type", "Location", "X-Order"},
+		TTL: time.Hour, Tenant: tenant, Lease: time.Second, ScopePerRoute: true, StoreServerErrors: true,
+		Methods: []string{http.MethodPost, http.MethodPut}, MaxRequestBytes: 1024,
+		Route: func(r *http.Request) string { return chi.RouteContext(r.Context()).RoutePattern() },
+	})
+	order := optionsOrder(db)
+	router := chi.NewRouter()
+	protected := router.With(protect)
+	protected.Post("/options/orders/{id:[0-9]+}", order)
+	protected.Put("/options/orders/{id:[0-9]+}", order)
+	protected.Patch("/options/orders/{id:[0-9]+}", order)
+	protected.Post("/options/refunds/{id:[0-9]+}", order)
+	return router
+}
+
+type optionsRequest struct {
+	Item       string  `json:"item"`
+	Gate       *int64  `json:"gate"`
+	Status     int     `json:"status"`
+	Checkpoint *string `json:"checkpoint"`
+}
+
+type optionsAnswer struct {
+	Order     int64   `json:"order"`
+	Item      string  `json:"item"`
+	Attempt   *int64  `json:"attempt"`
+	Recovered *string `json:"recovered"`
+}
+
+// optionsOrder is the options application's handler: in the claim's transaction, or on
+// the database (autocommit) for a request that passed through (PATCH). A checkpoint and
+// the gate only on a claim without a recovery point: a takeover resumes after them.
+func optionsOrder(db *sql.DB) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req optionsRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		ctx := r.Context()
+		claim := idempotency.ClaimFromContext(ctx)
+		var answer optionsAnswer
+		if claim != nil {
+			attempt := claim.Attempt()
+			answer.Attempt = &attempt
+			if point, ok := claim.RecoveryPoint(); ok {
+				answer.Recovered = &point
+			}
+			if req.Checkpoint != nil && answer.Recovered == nil {
+				if err := claim.Checkpoint(ctx, *req.Checkpoint); err != nil {
+					panic(err)
+				}
+			}
+		}
+		var queryRow func(string, ...interface{}) *sql.Row
+		if claim != nil {
+			queryRow = func(query string, args ...interface{}) *sql.Row {
+				return claim.Tx().QueryRowContext(ctx, query, args...)
+			}
+		} else {
+			queryRow = func(query string, args ...interface{}) *sql.Row { return db.QueryRowContext(ctx, query, args...) }
+		}
+		if req.Gate != nil && answer.Recovered == nil {
+			var locked string
+			if err := queryRow("SELECT pg_advisory_xact_lock_shared($1)::text", *req.Gate).Scan(&locked); err != nil {
+				panic(err)
+			}
+		}
+		if err := queryRow("INSERT INTO orders (item) VALUES ($1) RETURNING id", req.Item).Scan(&answer.Order); err != nil {
+			panic(err)
+		}
+		answer.Item = req.Item
+		body, err := json.Marshal(answer)
+		if err != nil {
+			panic(err)
+		}
+		status := req.Status
+		if status == 0 {
+			status = http.StatusCreated
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", "/orders/"+strconv.FormatInt(answer.Order, 10))
+		w.Header().Set("X-Order", strconv.FormatInt(answer.Order, 10))
+		w.WriteHeader(status)
+		w.Write(body)
+	}
 }
 
 // tenant reads X-Tenant: "public" without one, and the value "fail" fails.

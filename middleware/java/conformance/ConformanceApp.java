@@ -40,6 +40,10 @@ public final class ConformanceApp {
         tomcat.setHostname("127.0.0.1");
         tomcat.setPort(Integer.parseInt(args[0]));
         tomcat.getConnector().setProperty("address", "127.0.0.1");
+        // Compression where a servlet container does it, in the connector: outside every
+        // filter, so the filter stores the servlet's own bytes and a replay is compressed
+        // again for a client that accepts gzip (/compressed/orders).
+        tomcat.getConnector().setProperty("compression", "on");
         Context context = tomcat.addContext("", null);
         context.addServletContainerInitializer((classes, servletContext) ->
             routes(servletContext, database), null);
@@ -61,12 +65,26 @@ public final class ConformanceApp {
             chain.doFilter(request, response);
         }).addMappingForUrlPatterns(null, true, "/parsed/orders");
         context.addFilter("idempotency", IdempotencyFilter.builder(database).tenant(tenant).build())
-            .addMappingForUrlPatterns(null, true, "/orders", "/refunds", "/parsed/orders");
+            .addMappingForUrlPatterns(null, true, "/orders", "/refunds", "/parsed/orders", "/compressed/orders");
         context.addFilter("waiting", IdempotencyFilter.builder(database).tenant(tenant)
             .waitFor(Duration.ofSeconds(30)).build())
             .addMappingForUrlPatterns(null, true, "/waiting/orders");
         context.addServlet("orders", new Orders())
-            .addMapping("/orders", "/refunds", "/waiting/orders", "/parsed/orders");
+            .addMapping("/orders", "/refunds", "/waiting/orders", "/parsed/orders", "/compressed/orders");
+        // The options application: a servlet mapping has no parameters, so the route hook
+        // names the route as JAX-RS would ("/options/orders/{id: \d+}").
+        context.addFilter("options", IdempotencyFilter.builder(database).tenant(tenant)
+            .header("Request-Key").required(false)
+            .storedHeaders("Content-Type", "Location", "X-Order").ttl(Duration.ofHours(1))
+            .lease(Duration.ofSeconds(1)).scopePerRoute(true).storeServerErrors(true)
+            .methods("POST", "PUT").maxRequestBytes(1024)
+            .route(request -> request.getServletPath()
+                + (request.getPathInfo() != null && request.getPathInfo().matches("/\\d+")
+                    ? "/{id: \\d+}" : ""))
+            .build())
+            .addMappingForUrlPatterns(null, true, "/options/*");
+        context.addServlet("options", new OptionsOrders(database))
+            .addMapping("/options/orders/*", "/options/refunds/*");
         context.addServlet("health", new HttpServlet() {
             @Override
             protected void doGet(HttpServletRequest request, HttpServletResponse response)
@@ -156,6 +174,66 @@ public final class ConformanceApp {
             try (PreparedStatement statement = db.prepareStatement(sql)) {
                 statement.setObject(1, parameter);
                 statement.executeQuery().close();
+            }
+        }
+    }
+
+    /**
+     * The options application's handler: in the claim's transaction, or (a request that
+     * passed through: PATCH) on a connection of its own, in autocommit. A checkpoint and the
+     * gate only on a claim without a recovery point: a takeover resumes after them.
+     */
+    private static final class OptionsOrders extends HttpServlet {
+        private final transient DataSource database;
+
+        OptionsOrders(DataSource database) {
+            this.database = database;
+        }
+
+        @Override
+        protected void service(HttpServletRequest request, HttpServletResponse response)
+            throws IOException, ServletException {
+            Idempotency idem = request.getAttribute(Idempotency.ATTRIBUTE)
+                instanceof Idempotency found ? found : null;
+            String body = new String(request.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            try (Connection own = idem == null ? database.getConnection() : null) {
+                Connection db = idem == null ? own : idem.connection();
+                try (PreparedStatement parse = db.prepareStatement("SELECT b->>'item',"
+                    + " (b->>'gate')::bigint, coalesce((b->>'status')::int, 201), b->>'checkpoint'"
+                    + " FROM (SELECT ?::jsonb) AS t(b)")) {
+                    parse.setString(1, body);
+                    try (ResultSet order = parse.executeQuery()) {
+                        order.next();
+                        String recovered = idem == null ? null : idem.recoveryPoint();
+                        if (idem != null && order.getString(4) != null && recovered == null) {
+                            idem.checkpoint(order.getString(4));
+                        }
+                        Long gate = order.getObject(2, Long.class);
+                        if (gate != null && recovered == null) {
+                            Orders.execute(db, "SELECT pg_advisory_xact_lock_shared(?)", gate);
+                        }
+                        try (PreparedStatement insert = db.prepareStatement(
+                            "WITH made AS (INSERT INTO orders (item) VALUES (?) RETURNING id, item)"
+                            + " SELECT id, json_build_object('order', id, 'item', item,"
+                            + " 'attempt', ?::int, 'recovered', ?::text)::text FROM made")) {
+                            insert.setString(1, order.getString(1));
+                            insert.setObject(2, idem == null ? null : idem.attempt(),
+                                java.sql.Types.INTEGER);
+                            insert.setString(3, recovered);
+                            try (ResultSet made = insert.executeQuery()) {
+                                made.next();
+                                response.setStatus(order.getInt(3));
+                                response.setContentType("application/json");
+                                response.setHeader("Location", "/orders/" + made.getLong(1));
+                                response.setHeader("X-Order", String.valueOf(made.getLong(1)));
+                                response.getOutputStream().write(
+                                    made.getString(2).getBytes(StandardCharsets.UTF_8));
+                            }
+                        }
+                    }
+                }
+            } catch (SQLException e) {
+                throw new ServletException(e);
             }
         }
     }

@@ -31,6 +31,26 @@ function orderAnswer(body, id) {
   return { status: body.status ?? 201, location: `/orders/${id}`, text: JSON.stringify(document) };
 }
 
+// The options application's options (test/conformance/README.md, "The options
+// application"): over the tenant hook, for every route under /options.
+const OPTIONS = Object.freeze({
+  header: 'Request-Key', required: false, storedHeaders: ['Content-Type', 'Location', 'X-Order'], ttl: '1 hour',
+  lease: '1 second', scopePerRoute: true, storeServerErrors: true, methods: ['POST', 'PUT'], maxRequestBytes: 1024,
+});
+
+// The options application's order handler: `idem` the request's context (null when the
+// request passed through, unprotected: `client` is then the pool).  A checkpoint and the
+// gate only on a claim without a recovery point (a takeover resumes after them).
+async function optionsOrder(client, idem, body, table) {
+  const recovered = idem ? idem.recoveryPoint : null;
+  if (idem && body.checkpoint != null && recovered == null) await idem.checkpoint(body.checkpoint);
+  if (body.gate != null && recovered == null) await client.query('SELECT pg_advisory_xact_lock_shared($1)', [body.gate]);
+  const { rows } = await client.query(`INSERT INTO ${table} (item) VALUES ($1) RETURNING id`, [body.item]);
+  const id = Number(rows[0].id);
+  const document = { order: id, item: body.item, attempt: idem ? idem.attempt : null, recovered };
+  return { status: body.status ?? 201, location: `/orders/${id}`, id, text: JSON.stringify(document) };
+}
+
 // The text in `count` pieces (at least three), for the streamed answer.
 function pieces(text, count = 3) {
   const size = Math.ceil(text.length / count);
@@ -39,8 +59,9 @@ function pieces(text, count = 3) {
 
 // Express: the middleware on each route, the insert (async: a rejection in Express 4 is
 // the middleware's to catch) and the answer (sync: a throw is Express's to catch) as two
-// handlers; /parsed/orders has express.json() first.
-function expressApp({ express, idempotency, pool, table = 'orders', options = {} }) {
+// handlers; /parsed/orders has express.json() first; /compressed/orders has compression()
+// after the middleware, which then holds gzip bytes (where `compression` is given).
+function expressApp({ express, idempotency, pool, table = 'orders', options = {}, compression = null }) {
   const app = express();
   const protect = idempotency(pool, { tenant, ...options });
   const waiting = idempotency(pool, { tenant, ...options, wait: 30 });
@@ -62,13 +83,27 @@ function expressApp({ express, idempotency, pool, table = 'orders', options = {}
   app.post('/refunds', protect, insert, answer);
   app.post('/waiting/orders', waiting, insert, answer);
   app.post('/parsed/orders', express.json(), protect, insert, answer);
+  if (compression) app.post('/compressed/orders', protect, compression(), insert, answer);
+  // The options application: a PATCH passes through the middleware, and express.json()
+  // after it parses its body (a protected request's body the middleware parsed already).
+  const optionsProtect = idempotency(pool, { tenant, ...OPTIONS });
+  const optionsAnswer = async (req, res) => {
+    const { status, location, id, text } = await optionsOrder(req.idempotency ? req.idempotency.client : pool,
+      req.idempotency || null, req.body, table);
+    res.status(status).type('application/json').location(location).set('x-order', String(id)).send(text);
+  };
+  for (const method of ['post', 'put', 'patch']) {
+    app[method]('/options/orders/:id', optionsProtect, express.json(), optionsAnswer);
+  }
+  app.post('/options/refunds/:id', optionsProtect, express.json(), optionsAnswer);
   return app;
 }
 
 // Fastify: the plugin for the whole app, /waiting/orders with its own options in the
 // route's config; the insert as the route's preHandler (async), the answer as its handler
-// (sync), a stream as a Readable.
-function fastifyApp({ Fastify, fastifyIdempotency, pool, table = 'orders', options = {} }) {
+// (sync), a stream as a Readable; /compressed/orders in a context of its own with
+// @fastify/compress, registered after the middleware as a plugin is (where `compress` is given).
+function fastifyApp({ Fastify, fastifyIdempotency, pool, table = 'orders', options = {}, compress = null }) {
   const app = Fastify();
   const orders = new WeakMap();
   app.register(fastifyIdempotency, { pool, tenant, ...options });
@@ -89,7 +124,25 @@ function fastifyApp({ Fastify, fastifyIdempotency, pool, table = 'orders', optio
   app.get('/health', async () => ({ ok: true }));
   for (const url of ['/orders', '/refunds', '/parsed/orders']) app.post(url, { preHandler: insert }, answer);
   app.post('/waiting/orders', { preHandler: insert, config: { idempotency: { wait: 30 } } }, answer);
+  if (compress) {
+    app.register(async (compressed) => {
+      await compressed.register(compress, { global: true });
+      compressed.post('/compressed/orders', { preHandler: insert }, answer);
+    });
+  }
+  // The options application: its options in each route's config.
+  const optionsAnswer = async (request, reply) => {
+    const { status, location, id, text } = await optionsOrder(request.idempotency ? request.idempotency.client : pool,
+      request.idempotency, request.body, table);
+    reply.code(status).type('application/json').header('location', location).header('x-order', String(id));
+    return text;
+  };
+  const config = { idempotency: OPTIONS };
+  for (const method of ['POST', 'PUT', 'PATCH']) {
+    app.route({ method, url: '/options/orders/:id', config, handler: optionsAnswer });
+  }
+  app.post('/options/refunds/:id', { config }, optionsAnswer);
   return app;
 }
 
-module.exports = { expressApp, fastifyApp, tenant };
+module.exports = { expressApp, fastifyApp, tenant, OPTIONS };

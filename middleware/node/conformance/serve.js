@@ -10,9 +10,9 @@ const [framework, port] = process.argv.slice(2);
 const pool = new Pool({ max: 20 });
 
 if (framework === 'express') {
-  expressApp({ express: require('express'), idempotency, pool }).listen(Number(port), '127.0.0.1');
+  expressApp({ express: require('express'), idempotency, pool, compression: require('compression') }).listen(Number(port), '127.0.0.1');
 } else if (framework === 'fastify') {
-  fastifyApp({ Fastify: require('fastify'), fastifyIdempotency, pool })
+  fastifyApp({ Fastify: require('fastify'), fastifyIdempotency, pool, compress: require('@fastify/compress') })
     .listen({ port: Number(port), host: '127.0.0.1' })
     .catch((error) => {
       console.error(error);

@@ -7,7 +7,7 @@ const { test, before, after } = require('node:test');
 const express = require('express');
 const { Pool } = require('pg');
 const { idempotency } = require('..');
-const { post, listen, isProblem, assertReplay } = require('./checks');
+const { post, listen, isProblem, assertReplay } = require('./http');
 
 const pool = new Pool({ max: 10 });
 let server;

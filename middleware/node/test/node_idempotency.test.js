@@ -89,3 +89,15 @@ test('PostgresStorageAdapter: concurrent set and get of one key never see a half
     assert.strictEqual(await adapter.setIfNotExists(key, '"other"', { ttl: 60000 }), false);
   }
 });
+
+test('PostgresStorageAdapter: a key is its bytes read as UTF-8, as the middleware reads it', async () => {
+  const adapter = new PostgresStorageAdapter(pool, { scope: 'adapter-utf8' });
+  const key = `moved-é-🙂-${randomUUID()}`;
+  const latin1 = Buffer.from(key).toString('latin1'); // as Node's parser hands the header over
+  assert.strictEqual(await adapter.setIfNotExists(latin1, '"IN_PROGRESS"', { ttl: 60000 }), true);
+  const { rows } = await pool.query("SELECT count(*) FROM idempotency.keys WHERE scope = 'adapter-utf8' AND key = $1", [key]);
+  assert.strictEqual(Number(rows[0].count), 1);
+  assert.strictEqual(await adapter.get(latin1), '"IN_PROGRESS"');
+  await assert.rejects(adapter.setIfNotExists('caf\xe9', '{}', { ttl: 60000 }),
+    (error) => error.code === 'IDEMPOTENCY_KEY_NOT_UTF8');
+});

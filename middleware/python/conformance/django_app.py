@@ -10,7 +10,8 @@ from django.db import connection
 from django.http import HttpResponse, StreamingHttpResponse
 from django.urls import path
 
-from orders import answer, fail_if_asked, location, order_on, pieces, tenant
+from orders import (OPTIONS, answer, fail_if_asked, location, options_headers, options_order_on,
+                    order_on, pieces, tenant)
 
 settings.configure(
     DEBUG=False, ROOT_URLCONF=__name__, ALLOWED_HOSTS=["*"], SECRET_KEY="conformance only",
@@ -19,7 +20,10 @@ settings.configure(
                 "django.middleware.common.CommonMiddleware",
                 "django.middleware.clickjacking.XFrameOptionsMiddleware",
                 "django_app.ParsedFirst",
-                "pg_idempotency.django.IdempotencyMiddleware"],
+                "pg_idempotency.django.IdempotencyMiddleware",
+                # After it, so inside it: it compresses what a client that accepts gzip is
+                # sent (/compressed/orders), and the middleware stores those bytes.
+                "django.middleware.gzip.GZipMiddleware"],
     DATABASES={"default": {"ENGINE": "django.db.backends.postgresql",
                            "NAME": os.environ.get("PGDATABASE", ""),
                            "HOST": os.environ.get("PGHOST", ""),
@@ -62,11 +66,24 @@ def make_order():
     return order
 
 
+def options_order(request, id):
+    """The options application's handler: in the middleware's transaction, or (a request
+    it let pass: PATCH) in autocommit."""
+    data = json.loads(request.body)
+    status, body = options_order_on(connection, getattr(request, "idempotency", None), data)
+    response = HttpResponse(body, status=status, content_type="application/json")
+    for name, value in options_headers(json.loads(body)["order"]).items():
+        response[name] = value
+    return response
+
+
 from pg_idempotency.django import route_options  # noqa: E402 - after django.setup()
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 
 urlpatterns = [path("health", health)] + [
-    path(route, make_order()) for route in ("orders", "refunds", "parsed/orders")] + [
-    path("waiting/orders", route_options(wait=30)(make_order()))]
+    path(route, make_order()) for route in ("orders", "refunds", "parsed/orders", "compressed/orders")] + [
+    path("waiting/orders", route_options(wait=30)(make_order())),
+    path("options/orders/<int:id>", route_options(**OPTIONS)(options_order)),
+    path("options/refunds/<int:id>", route_options(**OPTIONS)(options_order))]
 
 application = get_wsgi_application()

@@ -1,7 +1,7 @@
 """What the conformance applications share (test/conformance/README.md): the tenant hook
 and the order handler's answer, apart from what each framework does its own way."""
 import json
-from typing import Any, Iterator, Mapping
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 
 class TenantHookFailed(Exception):
@@ -74,3 +74,46 @@ def asgi_response(number: int, data: Mapping[str, Any]) -> Any:
     if data.get("stream"):
         return StreamingResponse(pieces(body), status, headers, media_type="application/json")
     return Response(body, status, headers, media_type="application/json")
+
+
+# The options application's options (test/conformance/README.md, "The options
+# application"), over the tenant hook, for every route under /options.
+OPTIONS: Dict[str, Any] = {"header": "Request-Key", "required": False,
+                           "stored_headers": ("Content-Type", "Location", "X-Order"),
+                           "ttl": "1 hour", "lease": "1 second", "scope_per_route": True,
+                           "store_server_errors": True, "methods": ("POST", "PUT"),
+                           "max_request_bytes": 1024}
+
+
+def options_headers(number: int) -> Dict[str, str]:
+    """The options answer's headers, but its Content-Type."""
+    return {"Location": location(number), "X-Order": str(number)}
+
+
+def options_first(idem: Any, data: Mapping[str, Any]) -> Tuple[bool, Optional[str]]:
+    """What the options handler does before its writes: whether it takes the gate, and the
+    recovery point it started from.  A checkpoint and the gate only on a claim without a
+    recovery point (a takeover resumes after them); `idem` None: the request passed
+    through, unprotected."""
+    recovered = idem.recovery_point if idem is not None else None
+    return data.get("gate") is not None and recovered is None, recovered
+
+
+def options_answer(idem: Any, number: int, data: Mapping[str, Any],
+                   recovered: Optional[str]) -> Tuple[int, bytes]:
+    document = {"order": number, "item": data["item"],
+                "attempt": idem.attempt if idem is not None else None, "recovered": recovered}
+    return data.get("status", 201), json.dumps(document).encode()
+
+
+def options_order_on(conn: Any, idem: Any, data: Mapping[str, Any]) -> Tuple[int, bytes]:
+    """The options handler on a blocking connection: (status, body)."""
+    gate, recovered = options_first(idem, data)
+    if idem is not None and data.get("checkpoint") is not None and recovered is None:
+        idem.checkpoint(data["checkpoint"])
+    cur = conn.cursor()
+    if gate:
+        cur.execute(GATE, (data["gate"],))
+    cur.execute(INSERT, (data["item"],))
+    number = int(cur.fetchone()[0])
+    return options_answer(idem, number, data, recovered)

@@ -14,8 +14,8 @@ from typing import Any, Awaitable, Callable, Optional, Tuple, cast
 import anyio
 import anyio.to_thread
 
-from .core import (CHECKPOINT_SQL, Commit, Context, Driven, Options, Query, Request, Response,
-                   Run, Sleep, Step, course, run_statements)
+from .core import (Commit, Context, Driven, Options, Query, Request, Response, Run, Sleep, Step,
+                   checkpoint_query, course, run_statements)
 
 
 def is_async(conn: Any) -> bool:
@@ -26,10 +26,10 @@ class AsyncContext(Context):
     """The handler's context on an asyncio connection: `checkpoint` is awaited."""
 
     async def checkpoint(self, recovery_point: Optional[str]) -> None:  # type: ignore[override]
-        await self.conn.execute(CHECKPOINT_SQL,
-                                (self.scope, self.key, recovery_point, self.attempt),
-                                prepare=False)
+        step = checkpoint_query(self.scope, self.key, recovery_point, self.attempt)
+        await self.conn.execute(step.sql, step.params, prepare=False)
         await self.conn.commit()
+        self.recovery_point = recovery_point
 
 
 async def run_async_step(conn: Any, step: Step) -> Any:

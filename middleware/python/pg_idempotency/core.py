@@ -23,14 +23,16 @@ import json
 import logging
 import re
 import time
-from dataclasses import dataclass
-from typing import (Any, Callable, Dict, Generator, Generic, Hashable, List, Optional, Sequence,
-                    Tuple, TypeVar, Union, cast)
+import warnings
+from dataclasses import InitVar, dataclass
+from typing import (Any, Callable, Dict, Generator, Generic, Hashable, List, Mapping, Optional,
+                    Sequence, Tuple, TypeVar, Union, cast)
 
-# The SQLSTATEs answered with something other than 500, and how (doc/reference.md,
-# "Errors"; generated from src/errcodes.txt).  Any other error is the handler's or the
-# operator's, and propagates as a 500.
-from .errcodes import ANSWERS
+# What every package shares -- the answers, the options' defaults, the route rules, the
+# SQL, the SQLSTATE map -- is src/protocol.txt's and src/errcodes.txt's, generated into
+# protocol.py.
+from . import protocol
+from .protocol import SQLSTATE_ANSWERS
 
 Headers = List[Tuple[str, str]]
 
@@ -40,7 +42,7 @@ log = logging.getLogger("pg_idempotency")
 # starlette.requests.Request (FastAPI's too), django.http.HttpRequest.
 NativeRequest = TypeVar("NativeRequest")
 Hook = Callable[[NativeRequest], str]
-Row = Tuple[Any, ...]
+Row = Dict[str, Any]
 Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
 ROUTE_OPTIONS = "__idempotency_options__"
 
@@ -49,11 +51,12 @@ ROUTE_OPTIONS = "__idempotency_options__"
 class Request:
     """What the course needs of a request; an adapter reads it from the framework's."""
     method: str
-    route: str  # the matched route's pattern ("/orders/<id>"), part of the fingerprint
+    route: str  # the matched route's canonical pattern ("/orders/{id}"): canonical_route
     path: str  # the path, as the framework decodes it
     query: str  # the query string as sent, without its "?"; "" when there is none
     body: bytes
     key: Optional[str]  # the key header, None when absent
+    # The Content-Type header a character per byte (latin-1), as WSGI and ASGI give it.
     content_type: str = ""
 
 
@@ -69,33 +72,60 @@ class Response:
 
 @dataclass
 class Options(Generic[NativeRequest]):
-    """The middleware's options (middleware/python/README.md, "Options")."""
-    header: str = "Idempotency-Key"
-    required: bool = True
+    """The middleware's options (middleware/README.md, "Options"; the defaults are
+    src/protocol.txt's).  per_route and max_body_bytes, the old names of scope_per_route
+    and max_request_bytes, are still taken, with a DeprecationWarning, until 0.6.0."""
+    header: str = protocol.DEFAULT_HEADER
+    required: bool = protocol.DEFAULT_REQUIRED
     # Response headers stored with the response and replayed (compared case-insensitively).
-    stored_headers: Sequence[str] = ("Content-Type", "Location")
+    stored_headers: Sequence[str] = protocol.DEFAULT_STORED_HEADERS
     # 5xx responses are not stored: the transaction rolls back and a retry runs again.
-    store_server_errors: bool = False
+    store_server_errors: bool = protocol.DEFAULT_STORE_SERVER_ERRORS
     # Seconds to wait for a request in flight with the same key instead of answering 409.
-    wait: Optional[float] = None
-    ttl: Optional[str] = None  # interval text, e.g. "24 hours"; None: the server's default
+    wait: Optional[float] = protocol.DEFAULT_WAIT
+    ttl: Optional[str] = protocol.DEFAULT_TTL  # interval text, e.g. "24 hours"; None: the server's
     # tenant(request): the key's namespace (default: one namespace, ""); scope(request):
-    # the whole scope, replacing tenant and per_route.  On Citus, the tenant column's value.
+    # the whole scope, replacing tenant and scope_per_route.  On Citus, the tenant
+    # column's value.
     tenant: Optional[Hook[NativeRequest]] = None
     scope: Optional[Hook[NativeRequest]] = None
     # Keys per route: the scope is "<tenant> <METHOD> <route pattern>" ("<METHOD> <route
     # pattern>" without a tenant hook, 0.3.0's scope), for clients that reuse keys across
     # routes on purpose.
-    per_route: bool = False
+    scope_per_route: bool = protocol.DEFAULT_SCOPE_PER_ROUTE
+    # The methods protected; requests of others pass through.
+    methods: Sequence[str] = protocol.DEFAULT_METHODS
     # Request bodies over this many bytes answer 413 before anything runs.
-    max_body_bytes: int = 1024 * 1024
+    max_request_bytes: int = protocol.DEFAULT_MAX_REQUEST_BYTES
     # Two-phase mode (doc/handlers.md): the claim commits at once with this lease (an
     # interval text), the handler runs outside a transaction and may checkpoint.
-    lease: Optional[str] = None
+    lease: Optional[str] = protocol.DEFAULT_LEASE
+    per_route: InitVar[Optional[bool]] = None
+    max_body_bytes: InitVar[Optional[int]] = None
+
+    def __post_init__(self, per_route: Optional[bool], max_body_bytes: Optional[int]) -> None:
+        if per_route is not None:
+            self.scope_per_route = deprecated("per_route", per_route)
+        if max_body_bytes is not None:
+            self.max_request_bytes = deprecated("max_body_bytes", max_body_bytes)
+        self.methods = tuple(m.upper() for m in self.methods)
 
     def merged(self, overrides: Dict[str, Any]) -> "Options[NativeRequest]":
         """These options with some fields replaced (a route's own, in Starlette and Django)."""
         return Options(**{**self.__dict__, **overrides}) if overrides else self
+
+    def protects(self, method: str) -> bool:
+        return method.upper() in self.methods
+
+
+Value = TypeVar("Value")
+
+
+def deprecated(name: str, value: Value) -> Value:
+    """An option given its old name: still taken, with a warning, until 0.6.0."""
+    warnings.warn(f"pg_idempotency: the option {name} is now {protocol.DEPRECATED[name]};"
+                  f" {name} goes in 0.6.0", DeprecationWarning, stacklevel=4)
+    return value
 
 
 def route_options(**overrides: Any) -> Callable[[Endpoint], Endpoint]:
@@ -159,7 +189,17 @@ Step = Union[Query, Commit, Rollback, Run, Sleep]
 Course = Generator[Step, Any, Response]
 COMMIT, ROLLBACK = Commit(), Rollback()
 
-CHECKPOINT_SQL = "SELECT idempotency_checkpoint(%s, %s, %s, attempt => %s)"
+
+def statement(sql: str, names: Sequence[str], values: Mapping[str, Any]) -> Query:
+    """A statement of the protocol, its parameters taken from `values` by name."""
+    return Query(sql, tuple(values.get(name) for name in names))
+
+
+def checkpoint_query(scope: str, key: Optional[str], recovery_point: Optional[str],
+                     attempt: Optional[int]) -> Query:
+    return statement(protocol.SQL_CHECKPOINT, protocol.SQL_CHECKPOINT_PARAMS,
+                     {"scope": scope, "key": key, "recovery_point": recovery_point,
+                      "attempt": attempt})
 
 
 class Context:
@@ -176,28 +216,44 @@ class Context:
 
     def checkpoint(self, recovery_point: Optional[str]) -> None:
         """Two-phase mode: records progress and renews the lease, fenced by the attempt."""
-        execute(self.conn, CHECKPOINT_SQL, (self.scope, self.key, recovery_point, self.attempt))
+        step = checkpoint_query(self.scope, self.key, recovery_point, self.attempt)
+        execute(self.conn, step.sql, step.params)
         self.conn.commit()
+        self.recovery_point = recovery_point
 
 
 # ------------------------------------------------------------------ answers
 
 def problem(status: int, title: str, retry_after: Optional[int] = None,
             detail: Optional[str] = None) -> Response:
-    headers = [("Content-Type", "application/problem+json")]
+    headers = [("Content-Type", protocol.PROBLEM_CONTENT_TYPE)]
     if retry_after is not None:
         headers.append(("Retry-After", str(retry_after)))
-    document = {"type": "about:blank", "title": title, "status": status}
+    document: Dict[str, Any] = {"type": protocol.PROBLEM_TYPE, "title": title, "status": status}
     if detail:
         document["detail"] = detail
     return Response(status, headers, json.dumps(document).encode())
 
 
+def render(template: str, **values: Any) -> str:
+    """A template's "{name}"s filled in from `values` (the others left as they are)."""
+    return re.sub(r"\{(\w+)\}", lambda m: str(values.get(m.group(1), m.group(0))), template)
+
+
+def answer(name: str, retry_after: Optional[int] = None, detail: Optional[str] = None,
+           **values: Any) -> Response:
+    """One of the protocol's answers (src/protocol.txt, "answers"): `values` fill in its
+    title and its detail, which `detail` replaces; Retry-After is `retry_after`, at least
+    1, where the protocol gives it one."""
+    spec: protocol.Answer = getattr(protocol, name.upper())
+    return problem(spec.status, render(spec.title, **values),
+                   max(retry_after or 1, 1) if spec.retry == "row" else None,
+                   detail if detail is not None else
+                   render(spec.detail, **values) if spec.detail is not None else None)
+
+
 def key_required(options: "Options[Any]") -> Response:
-    return problem(400, f"The {options.header} header is required")
-
-
-KEY_NOT_UTF8 = "The Idempotency-Key header is not valid UTF-8"
+    return answer("key_required", header=options.header)
 
 
 def key_text(header: str) -> Optional[str]:
@@ -220,23 +276,30 @@ def key_text(header: str) -> Optional[str]:
 
 def refused_early(options: "Options[Any]", body: Optional[bytes],
                   header: Optional[str]) -> Tuple[Optional[Response], Optional[str]]:
-    """The answers given before the hooks run: 413 for a body over Options.max_body_bytes
-    (None: the adapter stopped reading it there), 400 for a missing key or one that is
-    not UTF-8.  Returns (answer, None), or (None, the key: key_text of the header)."""
+    """The answers given before the hooks run: 413 for a body over
+    Options.max_request_bytes (None: the adapter stopped reading it there), 400 for a
+    missing key or one that is not UTF-8.  Returns (answer, None), or (None, the key:
+    key_text of the header)."""
     if body is None:
-        return problem(413, "The request body is too large", detail=f"The limit is "
-                       f"{options.max_body_bytes} bytes (the max_body_bytes option)."), None
+        return answer("body_too_large", limit=options.max_request_bytes,
+                      option="max_request_bytes"), None
     if header is None:
         return (key_required(options) if options.required else None), None
     key = key_text(header)
     if key is None:
-        return problem(400, KEY_NOT_UTF8), None
+        return answer("key_not_utf8", header=options.header), None
     return None, key
 
 
 def hook_failed() -> Response:
     """A tenant or scope hook raised: nothing ran.  The adapter logs the exception."""
-    return problem(500, "The idempotency tenant or scope hook failed")
+    return answer("hook_failed")
+
+
+def database_error() -> Response:
+    """A statement of the middleware's own failed with a SQLSTATE the map does not answer
+    (or a connection could not be had): rolled back; the caller logs the exception."""
+    return answer("database_error")
 
 
 def admit(options: "Options[NativeRequest]", native: NativeRequest, method: str, route: str,
@@ -256,14 +319,10 @@ def admit(options: "Options[NativeRequest]", native: NativeRequest, method: str,
         return hook_failed(), "", None
 
 
-def response_too_large(detail: Optional[str]) -> Response:
-    return problem(500, "The response is over idempotency.max_response_bytes and was not "
-                   "stored: the request was rolled back", detail=detail)
-
-
-def stream_detail(setting: Optional[str]) -> str:
-    return (f"The streamed response was longer than idempotency.max_response_bytes "
-            f"({byte_count(setting)} bytes).")
+def response_too_large(limit: Optional[int]) -> Response:
+    setting = "idempotency.max_response_bytes"
+    return answer("response_too_large",
+                  setting=setting if limit is None else f"{setting} ({limit} bytes)")
 
 
 def sqlstate(error: Optional[BaseException]) -> Optional[str]:
@@ -272,15 +331,6 @@ def sqlstate(error: Optional[BaseException]) -> Optional[str]:
         code = getattr(error, "sqlstate", None) or getattr(error, "pgcode", None)
         if code:
             return str(code)
-        error = error.__cause__
-    return None
-
-
-def error_detail(error: Optional[BaseException]) -> Optional[str]:
-    while error is not None:
-        detail = getattr(getattr(error, "diag", None), "message_detail", None)
-        if detail:
-            return str(detail)
         error = error.__cause__
     return None
 
@@ -326,19 +376,24 @@ def scope_of(options: "Options[NativeRequest]", native: NativeRequest, method: s
     if options.scope is not None:
         return options.scope(native)
     tenant = options.tenant(native) if options.tenant is not None else None
-    if options.per_route:
-        return f"{tenant} {method} {route}" if tenant is not None else f"{method} {route}"
+    if options.scope_per_route:
+        if tenant is None:
+            return render(protocol.SCOPE_PER_ROUTE_NO_TENANT, method=method, route=route)
+        return render(protocol.SCOPE_PER_ROUTE, tenant=tenant, method=method, route=route)
     return tenant or ""
 
 
-def fingerprint_sql(request: Request) -> Tuple[str, Tuple[Any, ...]]:
-    """request_hash_parts(method, route pattern, path, query string, body), the body
-    hashed by the server's rule for every package (request_hash_body): a JSON body by
-    its value, not its spelling, any other by its bytes."""
-    return ("request_hash_parts(%s::text, %s::text, %s::text, %s::text,"
-            " request_hash_body(%s::text, %s::bytea)::text)",
-            (request.method, request.route, request.path, request.query,
-             request.content_type, request.body))
+ROUTE_RULES = {syntax: tuple((re.compile(pattern), replacement) for pattern, replacement in rules)
+               for syntax, rules in protocol.ROUTE_RULES.items()}
+
+
+def canonical_route(syntax: str, pattern: str) -> str:
+    """The canonical form of a route pattern (src/protocol.txt, "route rules"), part of the
+    fingerprint and of a per-route scope: "angle" for Flask and Django ("<int:id>"),
+    "brace" for Starlette ("{id:int}")."""
+    for rule, replacement in ROUTE_RULES[syntax]:
+        pattern = rule.sub(replacement, pattern)
+    return pattern
 
 
 def byte_count(setting: Optional[str]) -> Optional[int]:
@@ -350,90 +405,60 @@ def byte_count(setting: Optional[str]) -> Optional[int]:
     return int(found.group(1)) << (10 * power)
 
 
-# The server transaction a statement runs in: the server process and the transaction's
-# start, as text that no setting changes.  A pooler in transaction mode runs a transaction
-# on one server connection from BEGIN to its end, so begin and complete name the same one
-# unless the transaction was split: ended early (a driver's named statement run as another
-# client's COMMIT or ROLLBACK, where that client prepared the name) with the rest run
-# elsewhere.
-SERVER_TRANSACTION = ("pg_catalog.concat(pg_catalog.pg_backend_pid(), ' ', pg_catalog.to_char("
-                      "pg_catalog.timezone('UTC', pg_catalog.now()), 'YYYY-MM-DD HH24:MI:SS.US'))")
-
-BEGIN_COLUMNS = ("outcome::text, response_status, response_headers::text, response_body_bytes,"
-                 " response_body_omitted, retry_after_seconds, attempt, recovery_point,"
-                 " current_setting('idempotency.max_response_bytes', true), "
-                 + SERVER_TRANSACTION)
-
-
 def begin_query(scope: str, request: Request, options: "Options[Any]", lease: Optional[str],
                 wait: Optional[float]) -> Query:
-    hash_sql, hash_params = fingerprint_sql(request)
-    named, params = [], []
-    for name, value, cast in (("ttl", options.ttl, "interval"), ("lease", lease, "interval"),
-                              ("wait", wait, "float8")):
-        if value is not None:
-            named.append(f"{name} => %s::{cast}" if cast == "interval"
-                         else f"{name} => make_interval(secs => %s::{cast})")
-            params.append(value)
-    sql = (f"SELECT {BEGIN_COLUMNS} FROM idempotency_begin(%s, %s, {hash_sql}"
-           + "".join(", " + n for n in named) + ")")
-    return Query(sql, (scope, request.key, *hash_params, *params))
-
-
-# omit_oversized => false: a response over the server's limit raises 54000 instead of being
-# stored without its body.
-COMPLETE = ("idempotency_complete(%s, %s, %s, response_headers => %s::jsonb,"
-            " response_body_bytes => %s, attempt => %s::integer, omit_oversized => false)")
+    """idempotency_begin with the request's fingerprint: request_hash_parts(method, route
+    pattern, path, query string, body), the body hashed by the server's rule for every
+    package (request_hash_body): a JSON body by its value, not its spelling, any other by
+    its bytes."""
+    return statement(protocol.SQL_BEGIN, protocol.SQL_BEGIN_PARAMS, {
+        "scope": scope, "key": request.key, "method": request.method, "route": request.route,
+        "path": request.path, "query": request.query, "content_type": request.content_type,
+        "body": request.body, "ttl": options.ttl, "lease": lease,
+        "wait": None if wait is None else f"{wait} seconds"})
 
 
 def complete_query(scope: str, key: str, response: Response, options: "Options[Any]",
                    attempt: Optional[int], transaction: Optional[str]) -> Query:
     """Stores the response whole or fails with 54000: never a record without its body.  Its
     row is true (stored), false (not stored), or NULL when it did not run in `transaction`,
-    begin's SERVER_TRANSACTION (None: not checked, in two-phase mode, where they differ by
-    design)."""
-    wanted = {name.lower() for name in options.stored_headers}
+    begin's server transaction (None: not checked, in two-phase mode, where they differ by
+    design).  The statement turns idempotency.store_server_errors on for its transaction
+    first, so that a 5xx (which only Options.store_server_errors sends here) is stored."""
+    wanted = {name.lower() for name in (*options.stored_headers, *protocol.REPRESENTATION_HEADERS)}
     headers: Dict[str, Any] = {}
     for name, value in response.headers:
         if name.lower() in wanted:
             previous = headers.get(name)
             headers[name] = value if previous is None else (
                 [*previous, value] if isinstance(previous, list) else [previous, value])
-    # The server stores a 5xx (which only options.store_server_errors asks for) only with
-    # idempotency.store_server_errors on: it is set for the transaction first, in the same
-    # statement -- a CASE evaluates its condition before its result (PostgreSQL's manual,
-    # "Expression Evaluation Rules").
-    server_errors = (" AND pg_catalog.set_config('idempotency.store_server_errors', 'on', true)"
-                     " IS NOT NULL" if response.status >= 500 else "")
-    sql = (f"SELECT CASE WHEN (%s::text IS NULL OR %s::text = {SERVER_TRANSACTION}){server_errors}"
-           f" THEN {COMPLETE} END")
-    return Query(sql, (transaction, transaction, scope, key, response.status, json.dumps(headers),
-                       response.body, attempt))
+    return statement(protocol.SQL_COMPLETE, protocol.SQL_COMPLETE_PARAMS, {
+        "transaction": transaction, "scope": scope, "key": key, "status": response.status,
+        "headers": json.dumps(headers), "body": response.body, "attempt": attempt})
 
 
 def release_query(scope: str, key: str, attempt: Optional[int]) -> Query:
-    return Query("SELECT idempotency_release(%s, %s, attempt => %s)", (scope, key, attempt))
+    return statement(protocol.SQL_RELEASE, protocol.SQL_RELEASE_PARAMS,
+                     {"scope": scope, "key": key, "attempt": attempt})
 
 
-def unclaimed(outcome: str, status: Optional[int], headers: Optional[str],
-              body: Optional[bytes], omitted: Optional[bool],
-              retry_after_seconds: Optional[int]) -> Response:
-    if outcome == "replay":
-        if omitted:
+def unclaimed(row: Row) -> Response:
+    if row["outcome"] == "replay":
+        if row["response_body_omitted"]:
             # Stored without its body by another caller (omit_oversized): an empty replay
             # would be another answer than the first, so none is given.
-            return problem(500, "The stored response of this request cannot be replayed",
-                           detail="It was stored without its body, being over "
-                           "idempotency.max_response_bytes.")
+            return answer("body_omitted")
         replayed: Headers = []
-        for name, value in (json.loads(headers) if headers else {}).items():
+        stored = row["response_headers"]
+        for name, value in (json.loads(stored) if stored else {}).items():
             replayed += [(name, v) for v in value] if isinstance(value, list) else [(name, value)]
-        return Response(status or 200, [*replayed, ("Idempotent-Replayed", "true")],
+        body = row["response_body_bytes"]
+        return Response(row["response_status"] or 200,
+                        [*replayed, (protocol.REPLAYED_HEADER, "true")],
                         bytes(body) if body is not None else b"")
-    if outcome == "in_progress":
-        return problem(409, "A request with this Idempotency-Key is in progress",
-                       retry_after_seconds)
-    return problem(422, "The Idempotency-Key was used for a different request")
+    if row["outcome"] == "in_progress":
+        return answer("in_progress", retry_after=row["retry_after_seconds"])
+    return answer("mismatch")
 
 
 # ------------------------------------------------------------------ the course
@@ -443,24 +468,36 @@ POLL_FIRST, POLL_MAX = 0.05, 0.5
 
 
 def claim(scope: str, request: Request, options: "Options[Any]", lease: Optional[str],
-          polls: bool) -> Generator[Step, Any, Tuple[Any, ...]]:
+          polls: bool) -> Generator[Step, Any, Row]:
     """idempotency_begin; with Options.wait, waits for a request in flight: in the server
     (one statement), or, where `polls`, by asking again after pauses that hold no
     connection's statement open, so that no thread is held while waiting."""
-    row: Row
-    if not polls or options.wait is None:
-        row = yield begin_query(scope, request, options, lease, options.wait)
-        return row
-    deadline = time.monotonic() + options.wait
+    wait = None if polls else options.wait
+    deadline = time.monotonic() + (options.wait or 0)
     pause = POLL_FIRST
     while True:
-        row = yield begin_query(scope, request, options, lease, None)
+        values = yield begin_query(scope, request, options, lease, wait)
+        row = dict(zip(protocol.SQL_BEGIN_COLUMNS, values))
         left = deadline - time.monotonic()
-        if row[0] != "in_progress" or left <= 0:
+        if not polls or options.wait is None or row["outcome"] != "in_progress" or left <= 0:
             return row
         yield ROLLBACK
         yield Sleep(min(pause, left))
         pause = min(pause * 2, POLL_MAX)
+
+
+def failed(error: Exception, stage: str) -> Response:
+    """The answer to an error of the course once it rolled back: the SQLSTATE map's, else
+    the handler's exception raised again, else 500 problem+json for a statement of the
+    middleware's own (logged)."""
+    mapped = SQLSTATE_ANSWERS.get(sqlstate(error) or "")
+    if mapped is not None:
+        return problem(mapped[0], mapped[1], mapped[2])
+    if stage == "handler":
+        raise error
+    log.error("pg_idempotency: a statement of the middleware failed, the request was rolled"
+              " back", exc_info=error)
+    return database_error()
 
 
 def course(request: Request, scope: str, options: "Options[Any]", polls: bool = False) -> Course:
@@ -470,37 +507,38 @@ def course(request: Request, scope: str, options: "Options[Any]", polls: bool = 
         if options.required:
             return key_required(options)
         return (yield from unprotected(scope))
+    if options.lease is not None:
+        return (yield from two_phase(request, scope, options, polls))
+    stage = "statements"
     try:
-        if options.lease is not None:
-            return (yield from two_phase(request, scope, options, polls))
-        (outcome, status, headers, body, omitted, retry_after_seconds, attempt, _,
-         limit, transaction) = yield from claim(scope, request, options, None, polls)
-        if outcome != "claimed":
+        row = yield from claim(scope, request, options, None, polls)
+        if row["outcome"] != "claimed":
             yield ROLLBACK
-            return unclaimed(outcome, status, headers, body, omitted, retry_after_seconds)
+            return unclaimed(row)
+        limit = byte_count(row["max_response_bytes"])
         try:
-            response: Response = yield Run(scope, request.key, attempt, None, byte_count(limit))
+            stage = "handler"
+            response: Response = yield Run(scope, request.key, row["attempt"], None, limit)
+            stage = "statements"
         except ResponseTooLarge:
             yield ROLLBACK
-            return response_too_large(stream_detail(limit))
+            return response_too_large(limit)
         if response.status >= 500 and not options.store_server_errors:
             yield ROLLBACK  # the work and the claim: a retry runs again
             return response
-        refused = yield from store(scope, request.key, response, options, None, transaction)
+        refused = yield from store(scope, request.key, response, options, None,
+                                   row["server_transaction"], limit)
         if refused is not None:
             return refused
         yield COMMIT
         return response
     except Exception as error:
         yield ROLLBACK
-        answer = ANSWERS.get(sqlstate(error) or "")
-        if answer is None:
-            raise
-        return problem(*answer)
+        return failed(error, stage)
 
 
 def store(scope: str, key: str, response: Response, options: "Options[Any]",
-          attempt: Optional[int], transaction: Optional[str]
+          attempt: Optional[int], transaction: Optional[str], limit: Optional[int]
           ) -> Generator[Step, Any, Optional[Response]]:
     """idempotency_complete, in `transaction` (complete_query); None once stored.  Otherwise
     the transaction is rolled back, so that a retry runs again, and the answer is returned:
@@ -513,7 +551,7 @@ def store(scope: str, key: str, response: Response, options: "Options[Any]",
         if sqlstate(error) != "54000":
             raise
         yield ROLLBACK
-        return response_too_large(error_detail(error))
+        return response_too_large(limit)
     if row is None or row[0] is None:
         yield ROLLBACK
         return split()
@@ -523,21 +561,13 @@ def store(scope: str, key: str, response: Response, options: "Options[Any]",
     return None
 
 
-SPLIT_TITLE = "The request's transaction was split by a connection pooler"
-
-
 def split() -> Response:
     """begin and complete ran in different server transactions: a pooler split the
     request's, and part of its work may have run outside it.  Nothing is acknowledged, and
     the operator learns which setting to change."""
-    detail = ("idempotency_begin and idempotency_complete ran in different server transactions,"
-              " so the work was rolled back and nothing was stored. Behind a pooler in"
-              " transaction mode (PgBouncer before 1.21), use psycopg 3 with"
-              " prepare_threshold=None for the statements the handler runs (psycopg2 and"
-              " Django bind on the client and need nothing); from PgBouncer 1.21 set"
-              " max_prepared_statements; or use the pooler's session mode.")
-    log.error("pg_idempotency: %s", detail)
-    return problem(500, SPLIT_TITLE, detail=detail)
+    reply = answer("split", drivers=protocol.SPLIT_DRIVERS)
+    log.error("pg_idempotency: %s", json.loads(reply.body)["detail"])
+    return reply
 
 
 def unprotected(scope: str) -> Course:
@@ -547,7 +577,11 @@ def unprotected(scope: str) -> Course:
     except Exception:
         yield ROLLBACK
         raise
-    yield COMMIT
+    try:
+        yield COMMIT
+    except Exception as error:
+        yield ROLLBACK
+        return failed(error, "statements")
     return response
 
 
@@ -557,37 +591,48 @@ def two_phase(request: Request, scope: str, options: "Options[Any]", polls: bool
     of its own, fenced by the attempt: a worker whose lease ended gets IK003 (409)."""
     key = request.key
     assert key is not None
-    (outcome, status, headers, body, omitted, retry_after_seconds, attempt, recovery_point,
-     limit, _) = yield from claim(scope, request, options, options.lease, polls)
-    yield COMMIT
-    if outcome != "claimed":
-        return unclaimed(outcome, status, headers, body, omitted, retry_after_seconds)
     try:
-        response: Response = yield Run(scope, key, attempt, recovery_point, byte_count(limit))
+        row = yield from claim(scope, request, options, options.lease, polls)
+        yield COMMIT
+    except Exception as error:
+        yield ROLLBACK
+        return failed(error, "statements")
+    if row["outcome"] != "claimed":
+        return unclaimed(row)
+    attempt, limit = row["attempt"], byte_count(row["max_response_bytes"])
+    try:
+        response: Response = yield Run(scope, key, attempt, row["recovery_point"], limit)
     except ResponseTooLarge:
         yield from give_up(scope, key, attempt)
-        return response_too_large(stream_detail(limit))
-    except Exception:
+        return response_too_large(limit)
+    except Exception as error:
         yield from give_up(scope, key, attempt)
-        raise
+        return failed(error, "handler")
     if response.status >= 500 and not options.store_server_errors:
         yield from give_up(scope, key, attempt)
         return response
-    refused = yield from store(scope, key, response, options, attempt, None)
-    if refused is not None:
-        yield release_query(scope, key, attempt)
-        yield COMMIT
-        return refused
-    yield COMMIT
-    return response
+    try:
+        refused = yield from store(scope, key, response, options, attempt, None, limit)
+        if refused is None:
+            yield COMMIT
+            return response
+    except Exception as error:
+        yield from give_up(scope, key, attempt)
+        return failed(error, "statements")
+    yield from give_up(scope, key, attempt)
+    return refused
 
 
 def give_up(scope: str, key: str, attempt: Optional[int]) -> Generator[Step, Any, None]:
     """Rolls back the handler's open work and ends the lease, so that the next retry goes
-    on at once instead of waiting for the lease."""
+    on at once instead of waiting for the lease.  A release that fails (a newer attempt
+    holds the key: IK003) leaves the lease to end by itself."""
     yield ROLLBACK
-    yield release_query(scope, key, attempt)
-    yield COMMIT
+    try:
+        yield release_query(scope, key, attempt)
+        yield COMMIT
+    except Exception:  # noqa: BLE001 - see above
+        yield ROLLBACK
 
 
 # ------------------------------------------------------------------ on a blocking connection

@@ -7,10 +7,12 @@ Last, so that every other middleware runs around it: a replay goes through them 
 first answer did (X-Frame-Options, security headers, CORS), and the tenant hook sees what
 they set (request.user).  Requests of those methods to a routed view run the view inside
 transaction.atomic() on the database `using` (default "default"), with the claim; the
-view's ORM writes are part of it.  The tenant and scope hooks get the HttpRequest; in
-IDEMPOTENCY they are callables or dotted paths to them.  @route_options(wait=30) gives a
-view options of its own.
+view's ORM writes are part of it (in two-phase mode, the writes after its last checkpoint).
+The tenant and scope hooks get the HttpRequest; in IDEMPOTENCY they are callables or
+dotted paths to them.  @route_options(wait=30) gives a view options of its own, its
+methods too.
 """
+import io
 from typing import Any, Callable, Optional, cast
 
 from django.conf import settings
@@ -20,23 +22,29 @@ from django.http.response import HttpResponseBase
 from django.urls import Resolver404, resolve
 from django.utils.module_loading import import_string
 
-from .core import (Context, Options, Request, Response, ResponseTooLarge, admit, handle,
-                   options_of_route, route_options)
+from .core import (Context, Options, Request, Response, ResponseTooLarge, admit,
+                   canonical_route, handle, options_of_route, route_options)
 
 __all__ = ["IdempotencyMiddleware", "route_options"]
 
 class AtomicConnection:
-    """The connection interface core needs (cursor, commit, rollback), over one
-    transaction.atomic() block of Django's connection `using`."""
+    """The connection interface core needs (cursor, commit, rollback), over
+    transaction.atomic() blocks of Django's connection `using`: one is open from the first
+    statement to close(), so that what the view writes with the ORM is in a transaction
+    too -- in two-phase mode, after the claim's commit and each checkpoint's, as with
+    psycopg's implicit transactions -- and a commit or rollback ends it and opens the next."""
 
     def __init__(self, using: str):
         self.using = using
         self.block: Any = None
 
-    def cursor(self) -> Any:
+    def _open(self) -> None:
         if self.block is None:
             self.block = transaction.atomic(using=self.using)
             self.block.__enter__()
+
+    def cursor(self) -> Any:
+        self._open()
         return connections[self.using].cursor()
 
     def _end(self, rollback: bool) -> None:
@@ -48,8 +56,14 @@ class AtomicConnection:
 
     def commit(self) -> None:
         self._end(rollback=False)
+        self._open()
 
     def rollback(self) -> None:
+        self._end(rollback=True)
+        self._open()
+
+    def close(self) -> None:
+        """Rolls back what is open (nothing, unless an error left it so)."""
         self._end(rollback=True)
 
 
@@ -64,25 +78,23 @@ class IdempotencyMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]):
         self.get_response = get_response
         config = dict(getattr(settings, "IDEMPOTENCY", {}))
-        self.methods = {m.upper() for m in config.pop("methods", ["POST", "PATCH"])}
         self.using = config.pop("using", "default")
         config.update({name: hook(config.get(name)) for name in ("tenant", "scope")})
         self.options: Options[HttpRequest] = Options(**config)
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         try:
-            match = resolve(request.path_info) if request.method in self.methods else None
+            match = resolve(request.path_info)
         except Resolver404:
             match = None
-        if match is None:  # not protected, or its 404 is not the middleware's
-            return self.get_response(request)
-        options = options_of_route(self.options, match.func)
-        body = read_body(request, options.max_body_bytes)
-        assert request.method is not None
+        options = self.options if match is None else options_of_route(self.options, match.func)
+        if match is None or request.method is None or not options.protects(request.method):
+            return self.get_response(request)  # not protected, or its 404 is not ours
+        body = read_body(request, options.max_request_bytes)
         # Django writes its patterns without the leading "/" that every other framework's
-        # have: with it, one route ("/orders") is one part of the fingerprint and of a
+        # have: with it, one route ("/orders/{id}") is one part of the fingerprint and of a
         # per-route scope whichever package serves it.
-        route = "/" + match.route
+        route = canonical_route("angle", "/" + match.route)
         refused, namespace, key = admit(options, request, request.method, route, body,
                                         request.headers.get(options.header))
         if refused is not None:
@@ -90,7 +102,7 @@ class IdempotencyMiddleware:
         assert body is not None  # else refused (413)
         incoming = Request(method=request.method, route=route, path=request.path,
                            query=request.META.get("QUERY_STRING", ""), body=body, key=key,
-                           content_type=request.content_type or "")
+                           content_type=request.META.get("CONTENT_TYPE", ""))
 
         def run(context: Context) -> Response:
             request.idempotency = context
@@ -102,13 +114,25 @@ class IdempotencyMiddleware:
         try:
             result = handle(conn, incoming, run, options, namespace)
         finally:
-            conn.rollback()  # no-op unless an error left the block open
+            conn.close()
         return result.native if result.native is not None else to_django(result)
 
 
 def read_body(request: HttpRequest, limit: int) -> Optional[bytes]:
-    """The request's body; None when it is over `limit` bytes."""
-    if int(request.META.get("CONTENT_LENGTH") or 0) > limit:
+    """The request's body; None when it is over `limit` bytes.  Django reads a body sent
+    without a Content-Length (chunked) as empty, which would fingerprint every such request
+    alike: where the server says the body's end is marked (wsgi.input_terminated, as
+    gunicorn and mod_wsgi do), it is read here, up to the limit, and given to Django as the
+    request's body."""
+    meta = request.META
+    if not meta.get("CONTENT_LENGTH") and meta.get("wsgi.input_terminated"):
+        data = meta["wsgi.input"].read(limit + 1)
+        if len(data) > limit:
+            return None
+        request._body = data  # what request.body, and its POST parsing, then read
+        request._stream = io.BytesIO(data)
+        return cast(bytes, data)
+    if int(meta.get("CONTENT_LENGTH") or 0) > limit:
         return None
     return request.body if len(request.body) <= limit else None
 

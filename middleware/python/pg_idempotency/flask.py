@@ -11,7 +11,8 @@ from typing import Any, Callable, Iterable, Optional, TypeVar
 import flask
 from flask import make_response, request
 
-from .core import Context, Hook, Options, Request, Response, ResponseTooLarge, admit, handle
+from .core import (Context, Hook, Options, Request, Response, ResponseTooLarge, admit,
+                   canonical_route, database_error, handle, log)
 
 __all__ = ["idempotent"]
 
@@ -19,27 +20,29 @@ View = TypeVar("View", bound=Callable[..., Any])
 
 
 def idempotent(connect: Callable[[], Any], release: Optional[Callable[[Any], None]] = None,
-               methods: Iterable[str] = ("POST", "PATCH"), *,
+               methods: Optional[Iterable[str]] = None, *,
                tenant: Optional[Hook[flask.Request]] = None,
                scope: Optional[Hook[flask.Request]] = None,
                **options: Any) -> Callable[[View], View]:
     """`connect()` returns a blocking psycopg 3 or psycopg2 connection, which `release(conn)`
     gives back after the request (default: conn.close(); pass a pool's putconn instead).
-    Requests of `methods` get the view called with a pg_idempotency.Context first: its
-    `conn` is in the claim's transaction, which the middleware commits (others with None).  `tenant` and
-    `scope` receive the flask.Request; `options` are pg_idempotency.Options' fields."""
+    Requests of `methods` (Options.methods: POST and PATCH by default) get the view called
+    with a pg_idempotency.Context first: its `conn` is in the claim's transaction, which
+    the middleware commits (others with None).  `tenant` and `scope` receive the
+    flask.Request; `options` are pg_idempotency.Options' fields."""
+    if methods is not None:
+        options["methods"] = tuple(methods)
     settings: Options[flask.Request] = Options(tenant=tenant, scope=scope, **options)
-    protected = {m.upper() for m in methods}
 
     def decorate(view: View) -> View:
         @functools.wraps(view)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             native: flask.Request = request._get_current_object()  # type: ignore[attr-defined]
-            if native.method not in protected:
+            if not settings.protects(native.method):
                 return view(None, *args, **kwargs)  # passes through, with no context
             assert native.url_rule is not None
-            route = native.url_rule.rule
-            body = read_body(native, settings.max_body_bytes)
+            route = canonical_route("angle", native.url_rule.rule)
+            body = read_body(native, settings.max_request_bytes)
             refused, namespace, key = admit(settings, native, native.method, route, body,
                                             native.headers.get(settings.header))
             if refused is not None:
@@ -55,7 +58,11 @@ def idempotent(connect: Callable[[], Any], release: Optional[Callable[[Any], Non
                 return Response(answer.status_code, list(answer.headers.items()), body,
                                 native=answer)
 
-            conn = connect()
+            try:
+                conn = connect()
+            except Exception:  # noqa: BLE001 - answered 500 problem+json, and logged
+                log.exception("pg_idempotency: connect() failed")
+                return to_flask(database_error())
             try:
                 result = handle(conn, incoming, run, settings, namespace)
             finally:

@@ -7,8 +7,8 @@
         idem = request.state.idempotency     # idem.conn: in the claim's transaction
         ...
 
-Requests of `methods` (default POST and PATCH) to a route of the application go through
-pg_idempotency.aio on the event loop: `connect()` returns psycopg 3's AsyncConnection
+Requests of `methods` (default POST and PATCH; a route's own with @route_options) to a route
+of the application go through pg_idempotency.aio on the event loop: `connect()` returns psycopg 3's AsyncConnection
 (or an awaitable of one: the endpoints then await it) or a blocking psycopg 3 or psycopg2
 connection (each statement then runs in a worker thread, and so should the endpoints that
 use it: FastAPI runs `def` endpoints in one).  `release(conn)` gives it back (default:
@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .aio import handle_async
 from .core import (Context, Hook, Options, Request, Response, ResponseTooLarge, admit,
-                   options_of_route, route_options)
+                   canonical_route, database_error, log, options_of_route, route_options)
 
 __all__ = ["IdempotencyMiddleware", "StarletteRequest", "route_options"]
 
@@ -35,7 +35,7 @@ Connect = Callable[[], Any]
 
 
 def matched_route(routes: Iterable[Any], scope: Scope, prefix: str = "") -> Optional[Tuple[str, Any]]:
-    """The pattern ("/orders/{id}") and the route the request will reach, through mounts;
+    """The pattern ("/orders/{id:int}") and the route the request will reach, through mounts;
     None when no route takes it (its 404 or 405 is not the middleware's)."""
     for route in routes:
         match, child = route.matches(scope)
@@ -64,41 +64,46 @@ class IdempotencyMiddleware:
     # Options' fields are spelt out rather than taken as **options: Starlette 0.35 and
     # later type add_middleware's class as a factory whose `app` is positional-only, which
     # mypy finds a class taking `app` by keyword and **options not to be, while Starlette
-    # before 0.35 passes `app` by keyword.  Their defaults are Options' own.
+    # before 0.35 passes `app` by keyword.  Their defaults are Options' own; per_route and
+    # max_body_bytes are the old names of scope_per_route and max_request_bytes.
     def __init__(self, app: ASGIApp, connect: Connect,
                  release: Optional[Callable[[Any], Union[None, Awaitable[None]]]] = None,
-                 methods: Iterable[str] = ("POST", "PATCH"), *,
+                 methods: Iterable[str] = Options.methods, *,
                  tenant: Optional[Hook[StarletteRequest]] = None,
                  scope: Optional[Hook[StarletteRequest]] = None,
                  header: str = Options.header, required: bool = Options.required,
                  stored_headers: Sequence[str] = Options.stored_headers,
                  store_server_errors: bool = Options.store_server_errors,
                  wait: Optional[float] = Options.wait, ttl: Optional[str] = Options.ttl,
-                 per_route: bool = Options.per_route,
-                 max_body_bytes: int = Options.max_body_bytes,
-                 lease: Optional[str] = Options.lease):
+                 scope_per_route: bool = Options.scope_per_route,
+                 max_request_bytes: int = Options.max_request_bytes,
+                 lease: Optional[str] = Options.lease,
+                 per_route: Optional[bool] = None, max_body_bytes: Optional[int] = None):
         """The keyword arguments are pg_idempotency.Options' fields; `tenant` and `scope`
         receive starlette.requests.Request (FastAPI's Request); plain functions, they run on
         the event loop and must not block."""
         self.app = app
         self.connect = connect
         self.release = release or close
-        self.methods = {m.upper() for m in methods}
         self.options: Options[StarletteRequest] = Options(
             header=header, required=required, stored_headers=stored_headers,
             store_server_errors=store_server_errors, wait=wait, ttl=ttl, tenant=tenant,
-            scope=scope, per_route=per_route, max_body_bytes=max_body_bytes, lease=lease)
+            scope=scope, scope_per_route=scope_per_route, methods=tuple(methods),
+            max_request_bytes=max_request_bytes, lease=lease, per_route=per_route,
+            max_body_bytes=max_body_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = None
-        if scope["type"] == "http" and scope["method"] in self.methods:
+        if scope["type"] == "http":
             found = matched_route(getattr(scope.get("app"), "routes", []), scope)
-        if found is None:
+        options = self.options
+        if found is not None:
+            options = options_of_route(options, getattr(found[1], "endpoint", None))
+        if found is None or not options.protects(scope["method"]):
             await self.app(scope, receive, send)
             return
-        pattern, route = found
-        options = options_of_route(self.options, getattr(route, "endpoint", None))
-        body = await read_body(receive, options.max_body_bytes)
+        pattern = canonical_route("brace", found[0])
+        body = await read_body(receive, options.max_request_bytes)
         native = StarletteRequest(scope, replay(body or b""))
         refused, namespace, key = admit(options, native, scope["method"], pattern, body,
                                         Headers(scope=scope).get(options.header))
@@ -115,7 +120,12 @@ class IdempotencyMiddleware:
             scope.setdefault("state", {})["idempotency"] = context
             return await self.run_app(scope, read, context.max_response_bytes)
 
-        conn = await call(self.connect)
+        try:
+            conn = await call(self.connect)
+        except Exception:  # noqa: BLE001 - answered 500 problem+json, and logged
+            log.exception("pg_idempotency: connect() failed")
+            await respond(send, database_error())
+            return
         try:
             result = await handle_async(conn, incoming, run, options, namespace)
         finally:

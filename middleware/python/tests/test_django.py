@@ -1,4 +1,8 @@
-"""pg_idempotency.django on Django's test client (psycopg2, Django 3.2's driver)."""
+"""pg_idempotency.django's glue, on Django's test client (psycopg2, Django 3.2's driver):
+the middleware last, a replay keeps the headers of the middleware around it, the hooks get
+the HttpRequest, an async view's statements are in the claim's transaction, and a view's
+route_options replace the middleware's.  What every package does is the conformance
+suite's."""
 import json
 import os
 import threading
@@ -7,7 +11,7 @@ import unittest
 import django
 from django.conf import settings
 
-from support import Checks, new_key, order_count, pieces, place_order
+from support import SEEN, new_key, order_count, place_order, reset_orders
 
 if not settings.configured:
     settings.configure(
@@ -26,7 +30,7 @@ if not settings.configured:
 
 from asgiref.sync import sync_to_async  # noqa: E402
 from django.db import connection, connections  # noqa: E402
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse  # noqa: E402
+from django.http import HttpRequest, HttpResponse  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.urls import path  # noqa: E402
 from django.views.decorators.csrf import csrf_exempt  # noqa: E402
@@ -39,12 +43,7 @@ def order(data):
         order_id, body = place_order(cur, data)
     if data["item"] == "boom":
         raise RuntimeError("the view failed")
-    if data["item"] == "fail":
-        return JsonResponse({"error": "upstream down"}, status=503)
-    if data.get("stream"):
-        response = StreamingHttpResponse(pieces(body), status=201, content_type="application/json")
-    else:
-        response = HttpResponse(body, status=201, content_type="application/json")
+    response = HttpResponse(body, status=201, content_type="application/json")
     response["Location"] = f"/orders/{order_id}"
     return response
 
@@ -67,10 +66,11 @@ urlpatterns = [path("orders", create_order), path("async/orders", create_order_a
                path("optional/orders", optional)]
 
 
-class DjangoMiddleware(Checks, unittest.TestCase):
-    route = "/orders"  # Django's route pattern, with the "/" of every framework's
-    native_type = HttpRequest
+class DjangoMiddleware(unittest.TestCase):
     url = "/orders"
+
+    def setUp(self):
+        reset_orders()
 
     def post(self, key, body, headers=None, url=None):
         extra = {f"HTTP_{name.upper().replace('-', '_')}": value
@@ -83,18 +83,25 @@ class DjangoMiddleware(Checks, unittest.TestCase):
         finally:
             if threading.current_thread() is not threading.main_thread():
                 connections.close_all()
-        content = b"".join(answer.streaming_content) if answer.streaming else answer.content
-        return (answer.status_code, {k.lower(): v for k, v in answer.items()}, content)
-
-    def post_raising(self, key, body):
-        return self.post(key, body)[0]
+        return (answer.status_code, {k.lower(): v for k, v in answer.items()}, answer.content)
 
     def test_replay_keeps_the_headers_of_middleware_around_it(self):
         key = new_key()
         first = self.post(key, b'{"item": "book"}')
         again = self.post(key, b'{"item": "book"}')
-        self.assertEqual(again[1]["idempotent-replayed"], "true")
+        self.assertEqual((first[0], again[0], again[1]["idempotent-replayed"]), (201, 201, "true"))
         self.assertEqual(again[1]["x-frame-options"], first[1]["x-frame-options"])
+        self.assertEqual(order_count("book"), 1)
+
+    def test_hooks_get_the_http_request(self):
+        SEEN.clear()
+        self.assertEqual(self.post(new_key(), b'{"item": "book"}')[0], 201)
+        self.assertTrue(SEEN and issubclass(SEEN[-1], HttpRequest), SEEN)
+
+    def test_a_view_that_raises_is_rolled_back(self):
+        key = new_key()
+        self.assertEqual([self.post(key, b'{"item": "boom"}')[0] for _ in range(2)], [500, 500])
+        self.assertEqual(order_count("boom"), 0)
 
     def test_route_options_replace_the_middlewares(self):
         self.assertEqual(self.post(None, b'{"item": "book"}')[0], 400)
@@ -103,8 +110,7 @@ class DjangoMiddleware(Checks, unittest.TestCase):
 
 
 class DjangoAsyncView(DjangoMiddleware):
-    route = "/async/orders"
-    path = url = "/async/orders"
+    url = "/async/orders"
 
 
 if __name__ == "__main__":

@@ -1,67 +1,45 @@
-"""pg_idempotency.starlette on FastAPI and on plain Starlette, through their test clients."""
-import asyncio
-import inspect
+"""pg_idempotency.starlette's glue, on FastAPI and on plain Starlette through their test
+clients: the hooks get starlette.requests.Request, a request no route takes is the
+application's 404 without a connection, a route's own options (its methods too) replace
+the middleware's, and a connection that cannot be had answers 500 problem+json.  What
+every package does is the conformance suite's."""
 import json
 import unittest
-from dataclasses import fields
-
-import psycopg
 
 from fastapi import FastAPI, Request as FastAPIRequest
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.requests import Request as StarletteRequest
+from fastapi.responses import Response
 from starlette.applications import Starlette
+from starlette.requests import Request as StarletteRequest
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from pg_idempotency import Options
-from pg_idempotency.starlette import IdempotencyMiddleware
-from support import (DRIVERS, Checks, check_server_error_stored, pieces, place_order,
-                     reset_orders, tenant)
+from pg_idempotency.starlette import IdempotencyMiddleware, route_options
+from support import DRIVERS, SEEN, new_key, order_count, place_order, reset_orders, tenant
+
+CONNECTS = []
 
 
-def answer(data, order_id, body):
-    if data["item"] == "boom":
-        raise RuntimeError("the endpoint failed")
-    if data["item"] == "fail":
-        return JSONResponse({"error": "upstream down"}, status_code=503)
-    headers = {"Location": f"/orders/{order_id}"}
-    if data.get("stream"):
-        return StreamingResponse(pieces(body), 201, headers, media_type="application/json")
-    return Response(body, 201, headers, media_type="application/json")
+def counted(connect):
+    def connection():
+        CONNECTS.append(1)
+        return connect()
+    return connection
 
 
 def fastapi_app(connect):
-    """Blocking connections: a `def` endpoint, which FastAPI runs in a thread."""
     app = FastAPI()
     app.add_middleware(IdempotencyMiddleware, connect=connect, tenant=tenant)
 
     @app.post("/orders")
     def orders(request: FastAPIRequest, data: dict):
-        return answer(data, *place_order(request.state.idempotency.conn.cursor(), data))
+        order_id, body = place_order(request.state.idempotency.conn.cursor(), data)
+        return Response(body, 201, media_type="application/json")
 
-    return app
-
-
-def fastapi_async_app(connect, **options):
-    """psycopg 3's AsyncConnection and an async endpoint."""
-    app = FastAPI()
-    app.add_middleware(IdempotencyMiddleware, connect=psycopg.AsyncConnection.connect,
-                       tenant=tenant, **options)
-
-    @app.post("/orders")
-    async def orders(request: FastAPIRequest):
-        data = await request.json()
-        conn = request.state.idempotency.conn
-        if data.get("limit"):
-            await conn.execute("SELECT set_config('idempotency.max_response_bytes', %s, true)",
-                               (str(data["limit"]),))
-        cur = await conn.execute("INSERT INTO orders (item) VALUES (%s) RETURNING id",
-                                 (data["item"],))
-        (order_id,) = await cur.fetchone()
-        await asyncio.sleep(0)  # a failure after an await
-        document = {"order": order_id, "pad": "x" * data.get("size", 0)}
-        return answer(data, order_id, json.dumps(document).encode())
+    @app.put("/puts")
+    @route_options(methods=("PUT",))
+    def puts(request: FastAPIRequest, data: dict):
+        order_id, body = place_order(request.state.idempotency.conn.cursor(), data)
+        return Response(body, 201, media_type="application/json")
 
     return app
 
@@ -69,72 +47,53 @@ def fastapi_async_app(connect, **options):
 def starlette_app(connect):
     async def orders(request):
         data = json.loads(await request.body())
-        return answer(data, *place_order(request.state.idempotency.conn.cursor(), data))
+        return Response(place_order(request.state.idempotency.conn.cursor(), data)[1], 201)
 
     app = Starlette(routes=[Route("/orders", orders, methods=["POST"])])
     app.add_middleware(IdempotencyMiddleware, connect=connect, tenant=tenant)
     return app
 
 
-class StarletteChecks(Checks):
-    make_app = None
-    driver = "psycopg"
-    native_type = StarletteRequest
+def post(client, path, key, body, method="POST"):
+    answer = client.request(method, path, content=body, headers={
+        "Content-Type": "application/json", "Idempotency-Key": key})
+    return answer.status_code, answer.headers, answer.content
 
+
+class StarletteGlue(unittest.TestCase):
     def setUp(self):
-        super().setUp()
-        self.client = TestClient(type(self).make_app(DRIVERS[self.driver]),
-                                 raise_server_exceptions=False)
+        reset_orders()
+        CONNECTS.clear()
 
-    def post(self, key, body, headers=None):
-        headers = {"Content-Type": "application/json", **(headers or {})}
-        if key is not None:
-            headers["Idempotency-Key"] = key
-        answer = self.client.post("/orders", content=body, headers=headers)
-        return answer.status_code, {k.lower(): v for k, v in answer.headers.items()}, answer.content
+    def test_hooks_get_starlettes_request(self):
+        for make in (fastapi_app, starlette_app):
+            SEEN.clear()
+            client = TestClient(make(DRIVERS["psycopg"]), raise_server_exceptions=False)
+            self.assertEqual(post(client, "/orders", new_key(), b'{"item": "book"}')[0], 201)
+            self.assertTrue(SEEN and issubclass(SEEN[-1], StarletteRequest), SEEN)
 
-    def post_raising(self, key, body):
-        return self.post(key, body)[0]
+    def test_a_request_no_route_takes_is_the_applications_without_a_connection(self):
+        client = TestClient(fastapi_app(counted(DRIVERS["psycopg"])))
+        self.assertEqual(post(client, "/nowhere", new_key(), b"{}")[0], 404)
+        self.assertEqual(post(client, "/orders", new_key(), b"{}", "GET")[0], 405)
+        self.assertEqual(CONNECTS, [])
 
+    def test_a_routes_own_methods_replace_the_middlewares(self):
+        client = TestClient(fastapi_app(DRIVERS["psycopg2"]))
+        key = new_key()
+        first = post(client, "/puts", key, b'{"item": "put"}', "PUT")
+        again = post(client, "/puts", key, b'{"item": "put"}', "PUT")
+        self.assertEqual((first[0], again[0], again[1]["idempotent-replayed"]), (201, 201, "true"))
+        self.assertEqual(order_count("put"), 1)
 
-class FastAPIPsycopg(StarletteChecks, unittest.TestCase):
-    make_app = fastapi_app
+    def test_a_connection_that_cannot_be_had_answers_500_problem_json(self):
+        def connect():
+            raise OSError("no database here")
 
-
-class FastAPIPsycopg2(StarletteChecks, unittest.TestCase):
-    make_app = fastapi_app
-    driver = "psycopg2"
-
-
-class FastAPIAsyncConnection(StarletteChecks, unittest.TestCase):
-    make_app = fastapi_async_app
-
-
-class StarlettePsycopg(StarletteChecks, unittest.TestCase):
-    make_app = starlette_app
-
-
-class StarletteOptions(unittest.TestCase):
-    def test_store_server_errors_stores_a_5xx_the_server_would_not(self):
-        for lease in (None, "1 minute"):  # one transaction; two-phase
-            reset_orders()
-            client = TestClient(fastapi_async_app(None, store_server_errors=True, lease=lease),
-                                raise_server_exceptions=False)
-
-            def post(key, body, client=client):
-                answer = client.post("/orders", content=body, headers={
-                    "Content-Type": "application/json", "Idempotency-Key": key})
-                return (answer.status_code, {k.lower(): v for k, v in answer.headers.items()},
-                        answer.content)
-
-            check_server_error_stored(self, post)
-
-    def test_every_option_is_a_keyword_with_its_default(self):
-        # The middleware spells Options' fields out (see its __init__): none may be missed.
-        keywords = {name: parameter.default for name, parameter
-                    in inspect.signature(IdempotencyMiddleware).parameters.items()
-                    if parameter.kind is inspect.Parameter.KEYWORD_ONLY}
-        self.assertEqual(keywords, {field.name: field.default for field in fields(Options)})
+        client = TestClient(starlette_app(connect), raise_server_exceptions=False)
+        status, headers, body = post(client, "/orders", new_key(), b'{"item": "book"}')
+        self.assertEqual((status, headers["content-type"], json.loads(body)["status"]),
+                         (500, "application/problem+json", 500))
 
 
 if __name__ == "__main__":

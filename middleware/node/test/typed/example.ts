@@ -24,7 +24,7 @@ const server = Fastify();
 server.register(fastifyIdempotency, {
   pool,
   tenant: async (request) => request.headers['x-tenant']?.toString() ?? 'public', // Fastify's own
-  perRoute: true,
+  scopePerRoute: true,
 });
 server.post('/orders', { config: { idempotency: { wait: 30 } } }, async (request, reply) => {
   const context = request.idempotency;

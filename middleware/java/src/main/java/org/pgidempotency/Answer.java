@@ -5,6 +5,8 @@ import java.sql.SQLException;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 /**
  * An answer the package gives instead of the handler's: a replay, or a problem document
@@ -16,39 +18,59 @@ import java.util.Map;
  */
 record Answer(int status, List<Map.Entry<String, String>> headers, byte[] body) {
 
-    /** How the SQLSTATE map (ErrorCodes, generated) answers one SQLSTATE. */
-    record Mapped(int status, String title, Integer retryAfter) {}
-
-    static final String TOO_LARGE = "The response is too large to store";
+    private static final Pattern PLACEHOLDER = Pattern.compile("\\{(\\w+)\\}");
 
     /** A problem document; {@code detail} and {@code retryAfter} may be null. */
     static Answer problem(int status, String title, String detail, Integer retryAfter) {
         List<Map.Entry<String, String>> headers = new ArrayList<>();
-        headers.add(Map.entry("Content-Type", "application/problem+json"));
+        headers.add(Map.entry("Content-Type", Protocol.PROBLEM_CONTENT_TYPE));
         if (retryAfter != null) {
             headers.add(Map.entry("Retry-After", retryAfter.toString()));
         }
-        String document = "{\"type\": \"about:blank\", \"title\": " + Json.quote(title)
-            + ", \"status\": " + status
+        String document = "{\"type\": " + Json.quote(Protocol.PROBLEM_TYPE) + ", \"title\": "
+            + Json.quote(title) + ", \"status\": " + status
             + (detail == null ? "" : ", \"detail\": " + Json.quote(detail)) + "}";
         return new Answer(status, headers, document.getBytes(StandardCharsets.UTF_8));
+    }
+
+    /** A template's "{name}"s filled in from {@code values} (the others left as they are). */
+    static String render(String template, Map<String, ?> values) {
+        if (template == null) {
+            return null;
+        }
+        return PLACEHOLDER.matcher(template).replaceAll(match -> Matcher.quoteReplacement(
+            values.containsKey(match.group(1)) ? String.valueOf(values.get(match.group(1)))
+                : match.group()));
+    }
+
+    /**
+     * One of the protocol's answers (src/protocol.txt): {@code values} fill its title and its
+     * detail in.
+     */
+    static Answer of(Protocol.Spec spec, Map<String, ?> values) {
+        return problem(spec.status(), render(spec.title(), values), render(spec.detail(), values),
+            spec.retryAfter());
+    }
+
+    static Answer of(Protocol.Spec spec) {
+        return of(spec, Map.of());
+    }
+
+    /** An answer whose Retry-After is the begin row's: {@code seconds}, at least 1. */
+    static Answer retrying(Protocol.Spec spec, Integer seconds) {
+        return problem(spec.status(), spec.title(), spec.detail(),
+            Math.max(seconds == null ? 1 : seconds, 1));
     }
 
     /** The answer the SQLSTATE map gives to {@code error}, or null: a server error. */
     static Answer forError(SQLException error) {
         for (Throwable cause = error; cause != null; cause = cause.getCause()) {
             if (cause instanceof SQLException sql && sql.getSQLState() != null) {
-                Mapped mapped = ErrorCodes.ANSWERS.get(sql.getSQLState());
-                return mapped == null ? null
-                    : problem(mapped.status(), mapped.title(), null, mapped.retryAfter());
+                Protocol.Spec mapped = Protocol.SQLSTATE_ANSWERS.get(sql.getSQLState());
+                return mapped == null ? null : of(mapped);
             }
         }
         return null;
-    }
-
-    /** A key header whose bytes are not UTF-8 ({@link Course#key}). */
-    static Answer keyNotUtf8() {
-        return problem(400, "The Idempotency-Key header is not valid UTF-8", null, null);
     }
 
     /**
@@ -57,12 +79,7 @@ record Answer(int status, List<Map.Entry<String, String>> headers, byte[] body) 
      * and the operator learns which setting to change.
      */
     static Answer split() {
-        return problem(500, "The request's transaction was split by a connection pooler",
-            "idempotency_begin and idempotency_complete ran in different server transactions,"
-            + " so the work was rolled back and nothing was stored. Behind a pooler in"
-            + " transaction mode (PgBouncer before 1.21), pgjdbc needs prepareThreshold=0; from"
-            + " PgBouncer 1.21 set max_prepared_statements; or use the pooler's session mode.",
-            null);
+        return of(Protocol.SPLIT, Map.of("drivers", Protocol.SPLIT_DRIVERS));
     }
 
     /**
@@ -70,9 +87,9 @@ record Answer(int status, List<Map.Entry<String, String>> headers, byte[] body) 
      * work rolled back and the client learns why, rather than a later replay answering
      * something else than the first answer.
      */
-    static Answer tooLarge() {
-        return problem(500, TOO_LARGE, "The response is larger than the server's "
-            + "idempotency.max_response_bytes allows, so it was not stored and its work was "
-            + "rolled back. Raise the setting or make the response smaller.", null);
+    static Answer tooLarge(long limit) {
+        String setting = "idempotency.max_response_bytes";
+        return of(Protocol.RESPONSE_TOO_LARGE, Map.of("setting",
+            limit == Long.MAX_VALUE ? setting : setting + " (" + limit + " bytes)"));
     }
 }

@@ -82,16 +82,14 @@ final class BufferedRequest extends SynchronousRequest {
     }
 
     private static Refused tooLarge(long limit) {
-        return new Refused(Answer.problem(413, "The request body is too large",
-            "The body is over " + limit + " bytes, the idempotency filter's maxRequestBytes.",
-            null));
+        return new Refused(Answer.of(Protocol.BODY_TOO_LARGE,
+            Map.of("limit", limit, "option", "maxRequestBytes")));
     }
 
     private static Refused consumed() {
-        return new Refused(Answer.problem(500, "The request body was read before the "
-            + "idempotency filter", "Something before the idempotency filter read the request "
-            + "body, which the filter needs for the request's fingerprint: map the filter "
-            + "before any filter that reads the body.", null));
+        return new Refused(Answer.of(Protocol.BODY_READ_BEFORE, Map.of("fix", "Something before "
+            + "the idempotency filter read the request body, which the filter needs for the "
+            + "request's fingerprint: map the filter before any filter that reads the body.")));
     }
 
     byte[] body() {

@@ -13,7 +13,9 @@ import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.sql.Types;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicLong;
@@ -41,18 +43,6 @@ final class Course implements AutoCloseable {
         byte[] body) {}
 
     private static final Pattern BYTES = Pattern.compile("(\\d+)(B|kB|MB|GB|TB)?");
-
-    /**
-     * The server transaction a statement runs in: the server process and the transaction's
-     * start, as text that no setting changes. A pooler in transaction mode runs a transaction
-     * on one server connection from BEGIN to its end, so begin and complete name the same one
-     * unless the transaction was split: ended early (a driver's named statement run as
-     * another client's COMMIT or ROLLBACK, where that client prepared the name) with the rest
-     * run elsewhere.
-     */
-    static final String SERVER_TRANSACTION = "pg_catalog.concat(pg_catalog.pg_backend_pid(), ' ',"
-        + " pg_catalog.to_char(pg_catalog.timezone('UTC', pg_catalog.now()),"
-        + " 'YYYY-MM-DD HH24:MI:SS.US'))";
 
     /** Numbers the statements that end a transaction (see {@link #end}). */
     private static final AtomicLong ENDS = new AtomicLong();
@@ -119,64 +109,77 @@ final class Course implements AutoCloseable {
     }
 
     /**
+     * A statement of the protocol (src/protocol.txt, generated into {@link Protocol}), its
+     * parameters bound from {@code values} by name. The texts type every parameter.
+     */
+    private PreparedStatement prepare(String sql, List<String> names, Map<String, Object> values)
+        throws SQLException {
+        PreparedStatement statement = connection.prepareStatement(sql);
+        try {
+            for (int i = 0; i < names.size(); i++) {
+                Object value = values.get(names.get(i));
+                if (value == null) {
+                    statement.setNull(i + 1, Types.NULL);
+                } else {
+                    statement.setObject(i + 1, value);
+                }
+            }
+            return statement;
+        } catch (SQLException | RuntimeException e) {
+            statement.close();
+            throw e;
+        }
+    }
+
+    /**
      * Claims the key: null when claimed (run the handler, then {@link #finish}), else the
-     * answer to send without running it.
+     * answer to send without running it. The fingerprint is request_hash_parts(method, route,
+     * path, query string, body), the body by the server's rule for every package
+     * (request_hash_body): a JSON body by its value, any other by its bytes.
      */
     Answer begin(Request request) throws SQLException {
-        List<Object> parameters = new ArrayList<>(List.of(scope, key, request.method(),
-            request.route(), request.path(), request.query()));
-        // The body by the server's rule for every package: a JSON body by its value, any
-        // other by its bytes.
-        parameters.add(request.contentType() != null ? request.contentType() : "");
-        parameters.add(request.body());
-        StringBuilder named = new StringBuilder();
-        for (String[] option : new String[][] {{"ttl", options.ttl()},
-            {"lease", options.lease()}, {"wait", options.waitFor()}}) {
-            if (option[1] != null) {
-                named.append(", ").append(option[0]).append(" => ?::interval");
-                parameters.add(option[1]);
-            }
-        }
-        String sql = "SELECT outcome::text, response_status, response_headers::text,"
-            + " response_body_bytes, response_body_omitted, retry_after_seconds, attempt,"
-            + " recovery_point,"
-            + " current_setting('idempotency.max_response_bytes', true), " + SERVER_TRANSACTION
-            + " FROM idempotency_begin(?, ?, request_hash_parts(?::text, ?::text, ?::text,"
-            + " ?::text, request_hash_body(?::text, ?::bytea)::text)" + named + ")";
-        try (PreparedStatement statement = connection.prepareStatement(sql)) {
-            for (int i = 0; i < parameters.size(); i++) {
-                statement.setObject(i + 1, parameters.get(i));
-            }
-            try (ResultSet row = statement.executeQuery()) {
-                row.next();
-                String outcome = row.getString(1);
-                if (outcome.equals("claimed")) {
-                    attempt = row.getInt(7);
-                    recoveryPoint = row.getString(8);
-                    responseLimit = bytes(row.getString(9));
-                    if (options.twoPhase()) {
-                        end("COMMIT");
-                    } else {
-                        transaction = row.getString(10);
-                    }
-                    return null;
+        Map<String, Object> values = new HashMap<>();
+        values.put("scope", scope);
+        values.put("key", key);
+        values.put("method", request.method());
+        values.put("route", request.route());
+        values.put("path", request.path());
+        values.put("query", request.query());
+        values.put("content_type", request.contentType() != null ? request.contentType() : "");
+        values.put("body", request.body());
+        values.put("ttl", options.ttl());
+        values.put("lease", options.lease());
+        values.put("wait", options.waitFor());
+        List<String> columns = Protocol.SQL_BEGIN_COLUMNS;
+        try (PreparedStatement statement = prepare(Protocol.SQL_BEGIN, Protocol.SQL_BEGIN_PARAMS,
+            values); ResultSet row = statement.executeQuery()) {
+            row.next();
+            String outcome = row.getString(columns.indexOf("outcome") + 1);
+            if (outcome.equals("claimed")) {
+                attempt = row.getInt(columns.indexOf("attempt") + 1);
+                recoveryPoint = row.getString(columns.indexOf("recovery_point") + 1);
+                responseLimit = bytes(row.getString(columns.indexOf("max_response_bytes") + 1));
+                if (options.twoPhase()) {
+                    end("COMMIT");
+                } else {
+                    transaction = row.getString(columns.indexOf("server_transaction") + 1);
                 }
-                Answer answer = switch (outcome) {
-                    case "replay" -> row.getBoolean(5)
-                        ? Answer.problem(500, "The stored response has no body", "The response"
-                            + " to this Idempotency-Key was stored without its body, being over"
-                            + " the server's idempotency.max_response_bytes, and cannot be"
-                            + " replayed as it was first sent.", null)
-                        : replay(row.getInt(2), row.getString(3), row.getBytes(4));
-                    case "in_progress" -> Answer.problem(409,
-                        "A request with this Idempotency-Key is in progress", null,
-                        retryAfter(row));
-                    default -> Answer.problem(422,
-                        "The Idempotency-Key was used for a different request", null, null);
-                };
-                end("ROLLBACK");
-                return answer;
+                return null;
             }
+            Answer answer = switch (outcome) {
+                case "replay" -> row.getBoolean(columns.indexOf("response_body_omitted") + 1)
+                    ? Answer.of(Protocol.BODY_OMITTED)
+                    : replay(row.getInt(columns.indexOf("response_status") + 1),
+                        row.getString(columns.indexOf("response_headers") + 1),
+                        row.getBytes(columns.indexOf("response_body_bytes") + 1));
+                case "in_progress" -> {
+                    int seconds = row.getInt(columns.indexOf("retry_after_seconds") + 1);
+                    yield Answer.retrying(Protocol.IN_PROGRESS, row.wasNull() ? null : seconds);
+                }
+                default -> Answer.of(Protocol.MISMATCH);
+            };
+            end("ROLLBACK");
+            return answer;
         }
     }
 
@@ -194,19 +197,13 @@ final class Course implements AutoCloseable {
         return Long.parseLong(matcher.group(1)) << shift;
     }
 
-    /** Retry-After: the lease's rest, and at least a second when the row tells none. */
-    private static int retryAfter(ResultSet row) throws SQLException {
-        int seconds = row.getInt(6);
-        return row.wasNull() ? 1 : Math.max(seconds, 1);
-    }
-
     private static Answer replay(int status, String storedHeaders, byte[] body) {
         List<Map.Entry<String, String>> headers = new ArrayList<>();
         if (storedHeaders != null) {
             Json.readHeaders(storedHeaders).forEach(
                 (name, values) -> values.forEach(value -> headers.add(Map.entry(name, value))));
         }
-        headers.add(Map.entry("Idempotent-Replayed", "true"));
+        headers.add(Map.entry(Protocol.REPLAYED_HEADER, "true"));
         return new Answer(status, headers, body == null ? new byte[0] : body);
     }
 
@@ -230,7 +227,7 @@ final class Course implements AutoCloseable {
         }
         if (oversized) {
             giveUp();
-            return Answer.tooLarge();
+            return Answer.tooLarge(responseLimit);
         }
         if (status >= 500 && !options.storeServerErrors()) {
             giveUp();
@@ -253,7 +250,7 @@ final class Course implements AutoCloseable {
         } catch (SQLException e) {
             giveUp();
             if ("54000".equals(e.getSQLState())) {
-                return Answer.tooLarge();
+                return Answer.tooLarge(responseLimit);
             }
             throw e;
         }
@@ -261,33 +258,27 @@ final class Course implements AutoCloseable {
 
     /**
      * idempotency_complete, in the server transaction begin ran in: whether the response was
-     * stored, or null when the statement ran in another one. The server stores a server
-     * error only with idempotency.store_server_errors on (its default is off): set for this
-     * transaction first, as the option asks, in the same statement -- a CASE evaluates its
-     * condition before its result (PostgreSQL's manual, "Expression Evaluation Rules").
+     * stored, or null when the statement ran in another one. The protocol's statement turns
+     * idempotency.store_server_errors on for its transaction first (a CASE evaluates its
+     * condition before its result), so that a server error, which only the
+     * storeServerErrors option sends here, is stored.
      */
     private Boolean complete(int status, Map<String, List<String>> headers, byte[] body)
         throws SQLException {
-        String serverErrors = status >= 500 ? " AND pg_catalog.set_config("
-            + "'idempotency.store_server_errors', 'on', true) IS NOT NULL" : "";
-        try (PreparedStatement complete = connection.prepareStatement(
-            "SELECT CASE WHEN (?::text IS NULL OR ?::text = " + SERVER_TRANSACTION + ")"
-                + serverErrors + " THEN idempotency_complete(?, ?, ?, response_headers => ?::jsonb,"
-                + " response_body_bytes => ?, attempt => ?, omit_oversized => false) END")) {
-            complete.setString(1, transaction);
-            complete.setString(2, transaction);
-            complete.setString(3, scope);
-            complete.setString(4, key);
-            complete.setInt(5, status);
-            complete.setString(6, Json.headers(headers));
-            complete.setBytes(7, body);
-            // One transaction: the claim is this transaction's own, whatever its attempt.
-            complete.setObject(8, options.twoPhase() ? attempt : null, java.sql.Types.INTEGER);
-            try (ResultSet stored = complete.executeQuery()) {
-                stored.next();
-                boolean value = stored.getBoolean(1);
-                return stored.wasNull() ? null : value;
-            }
+        Map<String, Object> values = new HashMap<>();
+        values.put("transaction", transaction);
+        values.put("scope", scope);
+        values.put("key", key);
+        values.put("status", status);
+        values.put("headers", Json.headers(headers));
+        values.put("body", body);
+        // One transaction: the claim is this transaction's own, whatever its attempt.
+        values.put("attempt", options.twoPhase() ? attempt : null);
+        try (PreparedStatement complete = prepare(Protocol.SQL_COMPLETE,
+            Protocol.SQL_COMPLETE_PARAMS, values); ResultSet stored = complete.executeQuery()) {
+            stored.next();
+            boolean value = stored.getBoolean(1);
+            return stored.wasNull() ? null : value;
         }
     }
 
@@ -321,11 +312,12 @@ final class Course implements AutoCloseable {
         if (!options.twoPhase()) {
             return;
         }
-        try (PreparedStatement release = connection.prepareStatement(
-            "SELECT idempotency_release(?, ?, attempt => ?)")) {
-            release.setString(1, scope);
-            release.setString(2, key);
-            release.setInt(3, attempt);
+        Map<String, Object> values = new HashMap<>();
+        values.put("scope", scope);
+        values.put("key", key);
+        values.put("attempt", attempt);
+        try (PreparedStatement release = prepare(Protocol.SQL_RELEASE,
+            Protocol.SQL_RELEASE_PARAMS, values)) {
             release.executeQuery().close();
             end("COMMIT");
         } catch (SQLException e) {
@@ -340,12 +332,13 @@ final class Course implements AutoCloseable {
             throw new IllegalStateException("checkpoint() needs two-phase mode (the lease option)"
                 + " and a key");
         }
-        try (PreparedStatement checkpoint = connection.prepareStatement(
-            "SELECT idempotency_checkpoint(?, ?, ?, attempt => ?)")) {
-            checkpoint.setString(1, scope);
-            checkpoint.setString(2, key);
-            checkpoint.setString(3, point);
-            checkpoint.setInt(4, attempt);
+        Map<String, Object> values = new HashMap<>();
+        values.put("scope", scope);
+        values.put("key", key);
+        values.put("recovery_point", point);
+        values.put("attempt", attempt);
+        try (PreparedStatement checkpoint = prepare(Protocol.SQL_CHECKPOINT,
+            Protocol.SQL_CHECKPOINT_PARAMS, values)) {
             checkpoint.executeQuery().close();
         }
         end("COMMIT");

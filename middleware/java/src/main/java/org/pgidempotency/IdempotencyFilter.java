@@ -14,12 +14,15 @@ import java.sql.SQLException;
 import java.time.Duration;
 import java.util.Arrays;
 import java.util.Collections;
+import java.util.HashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
 import java.util.function.BiConsumer;
+import java.util.regex.Pattern;
+import java.util.stream.Stream;
 import javax.naming.InitialContext;
 import javax.naming.NamingException;
 import javax.sql.DataSource;
@@ -35,8 +38,8 @@ import javax.sql.DataSource;
  */
 public final class IdempotencyFilter implements Filter {
     /**
-     * A tenant or scope hook: a value of the container's own request. An exception answers
-     * 500 (the container's error page) and runs nothing.
+     * A tenant, scope or route hook: a value of the container's own request. An exception
+     * in a tenant or scope hook answers 500 problem+json and runs nothing.
      */
     @FunctionalInterface
     public interface Hook {
@@ -103,8 +106,8 @@ public final class IdempotencyFilter implements Filter {
         try {
             if (header == null) {
                 if (options.required()) {
-                    send(response, Answer.problem(400,
-                        "The " + options.header() + " header is required", null, null));
+                    send(response, Answer.of(Protocol.KEY_REQUIRED,
+                        Map.of("header", options.header())));
                     return;
                 }
                 try (Course course = Course.open(options, null, null)) {
@@ -114,14 +117,15 @@ public final class IdempotencyFilter implements Filter {
             }
             String key = Course.key(header);
             if (key == null) {
-                send(response, Answer.keyNotUtf8());
+                send(response, Answer.of(Protocol.KEY_NOT_UTF8, Map.of("header", options.header())));
                 return;
             }
             BufferedRequest buffered = BufferedRequest.read(request, options.maxRequestBytes());
-            String scope = scopeOf(buffered, options);
+            String route = route(buffered, options);
+            String scope = scopeOf(buffered, route, options);
             try (Course course = Course.open(options, scope, key)) {
-                Answer answer = course.begin(new Course.Request(request.getMethod(),
-                    route(request), request.getRequestURI(),
+                Answer answer = course.begin(new Course.Request(request.getMethod(), route,
+                    request.getRequestURI(),
                     request.getQueryString() == null ? "" : request.getQueryString(),
                     request.getContentType(), buffered.body()));
                 if (answer != null) {
@@ -132,14 +136,28 @@ public final class IdempotencyFilter implements Filter {
             }
         } catch (BufferedRequest.Refused refused) {
             send(response, refused.answer);
+        } catch (HookFailed failed) {
+            request.getServletContext().log("idempotency: " + failed.getMessage(),
+                failed.getCause());
+            send(response, Answer.of(Protocol.HOOK_FAILED));
         } catch (SQLException e) {
             response.reset(); // the handler's status and headers, if it ran
             Answer answer = Answer.forError(e);
             if (answer == null) {
-                throw new ServletException("idempotency: the database failed (SQLSTATE "
-                    + e.getSQLState() + ")", e);
+                request.getServletContext().log("idempotency: a database call failed (SQLSTATE "
+                    + e.getSQLState() + "), the request was rolled back", e);
+                answer = Answer.of(Protocol.DATABASE_ERROR);
             }
             send(response, answer);
+        }
+    }
+
+    /** A tenant or scope hook that threw or returned null: answered 500, and logged. */
+    private static final class HookFailed extends Exception {
+        private static final long serialVersionUID = 1L;
+
+        HookFailed(String message, Throwable cause) {
+            super(message, cause);
         }
     }
 
@@ -168,7 +186,7 @@ public final class IdempotencyFilter implements Filter {
         }
         byte[] body = captured.body();
         Answer instead = course.finish(captured.getStatus(),
-            captured.headers(options.storedHeaders()), body, captured.oversized());
+            captured.headers(storedAndRepresentation(options.storedHeaders())), body, captured.oversized());
         if (instead != null) {
             response.reset();
             send(response, instead);
@@ -176,6 +194,16 @@ public final class IdempotencyFilter implements Filter {
             response.setContentLengthLong(body.length);
             response.getOutputStream().write(body);
         }
+    }
+
+    /** The protocol's representation headers, in lower case as the stored headers' names are. */
+    private static final List<String> REPRESENTATION_HEADERS = Protocol.REPRESENTATION_HEADERS.stream()
+        .map(name -> name.toLowerCase(Locale.ROOT)).toList();
+
+    /** The headers stored: those named, and the representation headers whatever is named. */
+    private static List<String> storedAndRepresentation(List<String> named) {
+        return Stream.concat(named.stream(), REPRESENTATION_HEADERS.stream())
+            .distinct().toList();
     }
 
     private static void send(HttpServletResponse response, Answer answer) throws IOException {
@@ -195,8 +223,8 @@ public final class IdempotencyFilter implements Filter {
      * The scope hook's value; else the tenant hook's (the empty string without one),
      * followed by the method and the route pattern with scopePerRoute.
      */
-    private static String scopeOf(HttpServletRequest request, Options options)
-        throws ServletException {
+    private static String scopeOf(HttpServletRequest request, String route, Options options)
+        throws HookFailed {
         if (options.scope() != null) {
             return hook("scope", options.scope(), request);
         }
@@ -204,28 +232,56 @@ public final class IdempotencyFilter implements Filter {
         if (!options.scopePerRoute()) {
             return tenant == null ? "" : tenant;
         }
-        String route = request.getMethod() + " " + route(request);
-        return tenant == null ? route : tenant + " " + route;
+        Map<String, String> values = new HashMap<>();
+        values.put("tenant", tenant);
+        values.put("method", request.getMethod());
+        values.put("route", route);
+        return Answer.render(tenant == null ? Protocol.SCOPE_PER_ROUTE_NO_TENANT
+            : Protocol.SCOPE_PER_ROUTE, values);
     }
 
     private static String hook(String name, Hook hook, HttpServletRequest request)
-        throws ServletException {
+        throws HookFailed {
         String value;
         try {
             value = hook.apply(request);
         } catch (Exception e) {
-            throw new ServletException("idempotency: the " + name + " hook failed", e);
+            throw new HookFailed("the " + name + " hook failed", e);
         }
         if (value == null) {
-            throw new ServletException("idempotency: the " + name + " hook returned null");
+            throw new HookFailed("the " + name + " hook returned null", null);
         }
         return value;
     }
 
-    /** The pattern of the servlet mapping that matched ("/orders", "/api/*", "/"). */
-    private static String route(HttpServletRequest request) {
-        HttpServletMapping mapping = request.getHttpServletMapping();
-        return mapping == null || mapping.getPattern() == null ? "" : mapping.getPattern();
+    /**
+     * The route: the route hook's pattern, else the servlet mapping's that matched
+     * ("/orders", "/api/*", "/"), in its canonical form (src/protocol.txt, "route rules"). A
+     * servlet mapping has no parameters: the hook names a route with parameters
+     * ("/orders/{id}"), in the form JAX-RS and Spring write it, for the route to be the same
+     * in every package.
+     */
+    private static String route(HttpServletRequest request, Options options) throws HookFailed {
+        String pattern;
+        if (options.route() != null) {
+            pattern = hook("route", options.route(), request);
+        } else {
+            HttpServletMapping mapping = request.getHttpServletMapping();
+            pattern = mapping == null || mapping.getPattern() == null ? "" : mapping.getPattern();
+        }
+        return canonicalRoute(pattern);
+    }
+
+    private static final List<Map.Entry<Pattern, String>> ROUTE_RULES =
+        Protocol.ROUTE_RULES.get("brace").stream()
+            .map(rule -> Map.entry(Pattern.compile(rule.get(0)), rule.get(1))).toList();
+
+    /** A pattern in its canonical form, by the rules of the "brace" syntax. */
+    static String canonicalRoute(String pattern) {
+        for (Map.Entry<Pattern, String> rule : ROUTE_RULES) {
+            pattern = rule.getKey().matcher(pattern).replaceAll(rule.getValue());
+        }
+        return pattern;
     }
 
     /**
@@ -234,18 +290,20 @@ public final class IdempotencyFilter implements Filter {
      */
     public static final class Builder implements Cloneable {
         private DataSource dataSource;
-        private String header = "Idempotency-Key";
-        private boolean required = true;
-        private List<String> storedHeaders = List.of("content-type", "location");
-        private boolean storeServerErrors;
-        private String wait;
-        private String ttl;
-        private String lease;
+        private String header = Protocol.DEFAULT_HEADER;
+        private boolean required = Protocol.DEFAULT_REQUIRED;
+        private List<String> storedHeaders = Protocol.DEFAULT_STORED_HEADERS.stream()
+            .map(name -> name.toLowerCase(Locale.ROOT)).toList();
+        private boolean storeServerErrors = Protocol.DEFAULT_STORE_SERVER_ERRORS;
+        private String wait = Protocol.DEFAULT_WAIT;
+        private String ttl = Protocol.DEFAULT_TTL;
+        private String lease = Protocol.DEFAULT_LEASE;
         private Hook tenant;
         private Hook scope;
-        private boolean scopePerRoute;
-        private Set<String> methods = Set.of("POST", "PATCH");
-        private long maxRequestBytes = 1024 * 1024;
+        private Hook route;
+        private boolean scopePerRoute = Protocol.DEFAULT_SCOPE_PER_ROUTE;
+        private Set<String> methods = Set.copyOf(Protocol.DEFAULT_METHODS);
+        private long maxRequestBytes = Protocol.DEFAULT_MAX_REQUEST_BYTES;
 
         private Builder(DataSource dataSource) {
             this.dataSource = dataSource;
@@ -326,6 +384,18 @@ public final class IdempotencyFilter implements Filter {
         }
 
         /**
+         * The route hook: the pattern of the route a request reached, a part of its
+         * fingerprint and of its scope with scopePerRoute (default: the servlet mapping's
+         * pattern). A servlet mapping has no parameters: name a route with one as JAX-RS and
+         * Spring write it ({@code /orders/{id}}), and the filter takes its canonical form,
+         * the same in every package of the project.
+         */
+        public Builder route(Hook hook) {
+            route = hook;
+            return this;
+        }
+
+        /**
          * Scope keys per route as well: the scope is then {@code <tenant> <METHOD> <route
          * pattern>}, for clients that reuse a key on several routes on purpose.
          */
@@ -392,7 +462,7 @@ public final class IdempotencyFilter implements Filter {
                     + "JNDI name of one as the dataSource init parameter");
             }
             return new Options(dataSource, header, required, storedHeaders, storeServerErrors,
-                wait, ttl, lease, tenant, scope, scopePerRoute, methods, maxRequestBytes);
+                wait, ttl, lease, tenant, scope, route, scopePerRoute, methods, maxRequestBytes);
         }
 
         private static DataSource lookup(String name) {

@@ -20,13 +20,15 @@ import javax.sql.DataSource;
  * @param lease interval text: two-phase mode's lease, or null for one transaction
  * @param tenant the tenant hook, or null
  * @param scope the scope hook, or null
+ * @param route the route hook, or null (the servlet mapping's pattern)
  * @param scopePerRoute whether keys are scoped per method and route pattern as well
  * @param methods the methods protected, in upper case
  * @param maxRequestBytes the largest request body read; a larger one is answered 413
  */
 record Options(DataSource dataSource, String header, boolean required, List<String> storedHeaders,
     boolean storeServerErrors, String waitFor, String ttl, String lease,
-    IdempotencyFilter.Hook tenant, IdempotencyFilter.Hook scope, boolean scopePerRoute,
+    IdempotencyFilter.Hook tenant, IdempotencyFilter.Hook scope, IdempotencyFilter.Hook route,
+    boolean scopePerRoute,
     Set<String> methods, long maxRequestBytes) {
 
     boolean twoPhase() {

@@ -12,7 +12,6 @@ import static org.pgidempotency.TestApp.scalar;
 import static org.pgidempotency.TestApp.send;
 import static org.pgidempotency.TestApp.text;
 
-import java.io.ByteArrayInputStream;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
@@ -24,9 +23,11 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
 /**
- * The filter in an embedded Tomcat over the test database: every option, the response
- * capture, the request body, two-phase mode and the error answers. (The HTTP behaviour
- * every package shares is test/conformance's, which test/t/056 runs against this package.)
+ * The filter's glue in an embedded Tomcat over the test database: the response capture, the
+ * request body, the handler's connection, the hooks, init parameters, a two-phase handler
+ * that fails after its checkpoint, the two ways a response is over the server's limit and
+ * the SQLSTATE map. (What every package does, with every option, is test/conformance's,
+ * which test/t/056 runs against this package.)
  */
 class FilterTest {
     @BeforeAll
@@ -69,69 +70,6 @@ class FilterTest {
     }
 
     @Test
-    void aNewRequestRunsOnceAndItsRetryReplays() throws Exception {
-        String key = fresh("key");
-        String item = fresh("item");
-        HttpResponse<byte[]> first = post("/default?item=" + item, key, "{}");
-        assertEquals(201, first.statusCode());
-        assertEquals("application/json", header(first, "Content-Type"));
-        assertTrue(header(first, "Location").startsWith("/things/"));
-        assertReplay(first, post("/default?item=" + item, key, "{}"));
-        assertEquals(1, count(item));
-        assertEquals("completed 1", record("", key)); // the scope: no tenant, the empty string
-    }
-
-    @Test
-    void otherMethodsPassThrough() throws Exception {
-        HttpResponse<byte[]> get = send(request("/default?do=none").header("Idempotency-Key",
-            fresh("key")).GET().build());
-        assertEquals("none", text(get));
-        HttpResponse<byte[]> put = send(request("/default?do=none").header("Idempotency-Key",
-            fresh("key")).PUT(HttpRequest.BodyPublishers.ofString("{}")).build());
-        assertEquals("none", text(put));
-    }
-
-    @Test
-    void aMissingKeyAnswers400OrRunsUnprotected() throws Exception {
-        String item = fresh("item");
-        assertProblem(post("/default?item=" + item, null, "{}"), 400,
-            "The Idempotency-Key header is required");
-        assertEquals(0, count(item));
-        HttpResponse<byte[]> unprotected = post("/optional?item=" + item, null, "{}");
-        assertEquals(201, unprotected.statusCode());
-        assertTrue(text(unprotected).endsWith("\"key\": null}"), text(unprotected));
-        assertEquals(201, post("/optional?item=" + item, null, "{}").statusCode());
-        assertEquals(2, count(item)); // committed, and run again: nothing is stored
-    }
-
-    @Test
-    void theFingerprintIsMethodRoutePathQueryAndBody() throws Exception {
-        String key = fresh("key");
-        assertEquals(201, post("/default?x=1", key, "{\"b\": 2, \"a\": [1, 2]}").statusCode());
-        assertEquals("t", scalar("SELECT request = request_hash_parts('POST', '/default', '/default',"
-            + " 'x=1', request_hash_jsonb('{\"a\":[1,2],\"b\":2}')::text)"
-            + " FROM idempotency_lookup('', ?)", key));
-        // A JSON body by its value, not its spelling.
-        assertEquals("true", header(post("/default?x=1", key, "{\"a\":[1,2],  \"b\":2}"),
-            "Idempotent-Replayed"));
-        String other = fresh("key");
-        HttpResponse<byte[]> notJson = send(request("/default").header("Idempotency-Key", other)
-            .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(
-                "{not json")).build());
-        assertEquals(201, notJson.statusCode());
-        assertEquals("t", scalar("SELECT request = request_hash_parts('POST', '/default', '/default',"
-            + " '', request_hash('{not json'::bytea)::text) FROM idempotency_lookup('', ?)", other));
-        // JSON that jsonb refuses is fingerprinted by its bytes, rather than failing.
-        String nul = fresh("key");
-        assertEquals(201, post("/default", nul, "{\"a\": \"\\u0000\"}").statusCode());
-        assertEquals("t", scalar("SELECT request = request_hash_parts('POST', '/default', '/default',"
-            + " '', request_hash(convert_to('{\"a\": \"\\u0000\"}', 'UTF8'))::text)"
-            + " FROM idempotency_lookup('', ?)", nul));
-        assertProblem(post("/default?x=2", key, "{\"a\": [1, 2], \"b\": 2}"), 422,
-            "used for a different request");
-    }
-
-    @Test
     void theTenantIsTheScopeAndScopeHooksReplaceIt() throws Exception {
         String key = fresh("key");
         HttpRequest.Builder request = request("/tenant").header("Idempotency-Key", key)
@@ -145,18 +83,7 @@ class FilterTest {
     }
 
     @Test
-    void scopePerRouteLetsOneKeyServeTwoRoutes() throws Exception {
-        String key = fresh("key");
-        for (String route : List.of("/scoped/a", "/scoped/b")) {
-            HttpResponse<byte[]> answer = send(request(route).header("Idempotency-Key", key)
-                .header("X-Tenant", "t1").POST(HttpRequest.BodyPublishers.ofString("")).build());
-            assertEquals(201, answer.statusCode());
-            assertEquals("completed 1", record("t1 POST " + route, key));
-        }
-    }
-
-    @Test
-    void optionsNameTheHeaderMethodsStoredHeadersAndServerErrors() throws Exception {
+    void theCapturedHeadersAreStoredAsTheHandlerSetThem() throws Exception {
         String key = fresh("key");
         HttpRequest put = request("/options?do=headers").header("X-Key", key)
             .PUT(HttpRequest.BodyPublishers.ofString("")).build();
@@ -169,53 +96,23 @@ class FilterTest {
         assertEquals("e", header(retry, "X-Extra"));
         assertEquals("n", header(first, "X-Not-Stored"));
         assertNull(header(retry, "X-Not-Stored"));
-        // Without X-Key: 400 naming it.
-        assertProblem(send(request("/options").header("Idempotency-Key", key)
-            .PUT(HttpRequest.BodyPublishers.ofString("")).build()), 400, "The X-Key header");
-        // storeServerErrors: a 503 is stored with its work.
-        String item = fresh("item");
-        HttpRequest failing = request("/options?do=status&code=503&item=" + item)
-            .header("X-Key", fresh("key")).POST(HttpRequest.BodyPublishers.ofString("")).build();
-        HttpResponse<byte[]> stored = send(failing);
-        assertEquals(503, stored.statusCode());
-        assertReplay(stored, send(failing));
-        assertEquals(1, count(item));
     }
 
     @Test
-    void aBodyOverTheLimitAnswers413AndRunsNothing() throws Exception {
-        String item = fresh("item");
-        assertProblem(send(request("/options?item=" + item).header("X-Key", fresh("key"))
-            .POST(HttpRequest.BodyPublishers.ofString("x".repeat(101))).build()), 413,
-            "maxRequestBytes");
-        // Chunked, without a Content-Length.
-        assertProblem(send(request("/options?item=" + item).header("X-Key", fresh("key"))
-            .POST(HttpRequest.BodyPublishers.ofInputStream(
-                () -> new ByteArrayInputStream(new byte[200]))).build()), 413, "100 bytes");
-        assertEquals(0, count(item));
-        assertEquals(201, send(request("/options?item=" + item).header("X-Key", fresh("key"))
-            .POST(HttpRequest.BodyPublishers.ofString("x".repeat(100))).build()).statusCode());
-    }
-
-    @Test
-    void serverErrorsAndFailuresRollBackAndRunAgain() throws Exception {
+    void aRouteHookNamesTheRouteInItsCanonicalForm() throws Exception {
         String key = fresh("key");
+        assertEquals(201, post("/routed/7", key, "{}").statusCode());
+        assertEquals("completed 1", record("POST /routed/{id}", key));
+    }
+
+    @Test
+    void aHookThatFailsAnswers500ProblemJson() throws Exception {
         String item = fresh("item");
-        for (int i = 0; i < 2; i++) {
-            HttpResponse<byte[]> answer = post("/default?do=status&code=503&item=" + item, key, "");
-            assertEquals(503, answer.statusCode());
-            assertEquals("status 503", text(answer));
-            assertNull(header(answer, "Idempotent-Replayed"));
-        }
-        String thrown = fresh("item");
-        for (int i = 0; i < 2; i++) {
-            HttpResponse<byte[]> answer = post("/default?do=throw&item=" + thrown, key + "-t", "");
-            assertEquals(500, answer.statusCode());
-            assertNull(header(answer, "Location"));
-        }
+        HttpResponse<byte[]> answer = send(request("/tenant?item=" + item)
+            .header("Idempotency-Key", fresh("key")).POST(HttpRequest.BodyPublishers.ofString(""))
+            .build());
+        assertProblem(answer, 500, "The tenant or scope hook failed"); // no X-Tenant: null
         assertEquals(0, count(item));
-        assertEquals(0, count(thrown));
-        assertNull(record("", key));
     }
 
     @Test
@@ -310,13 +207,6 @@ class FilterTest {
     }
 
     @Test
-    void twoPhaseAnswers409WhenANewerAttemptTookOver() throws Exception {
-        String key = fresh("key");
-        assertProblem(post("/lease?do=takeover", key, ""), 409, "A newer attempt");
-        assertEquals("in_progress 2", record("", key));
-    }
-
-    @Test
     void aResponseOverTheServersLimitRollsBackAndNamesTheSetting() throws Exception {
         // /small's connections have idempotency.max_response_bytes = 1000, which counts the
         // body and the headers: 5000 bytes are refused before they reach the server, 999
@@ -332,27 +222,6 @@ class FilterTest {
         }
         HttpResponse<byte[]> small = post("/small?do=size&n=100", fresh("key"), "");
         assertEquals(201, small.statusCode());
-    }
-
-    @Test
-    void aReplayWithoutItsBodyAnswers500() throws Exception {
-        String key = fresh("key");
-        // Stored by another caller, without omit_oversized => false: the body is omitted.
-        try (Connection connection = TestApp.dataSource(null).getConnection()) {
-            connection.setAutoCommit(false);
-            for (String sql : new String[] {
-                "SELECT set_config('idempotency.max_response_bytes', '4', true), ?",
-                "SELECT idempotency_begin('', ?, request_hash_parts('POST', '/default', '/default',"
-                    + " '', request_hash_jsonb('{}')::text))",
-                "SELECT idempotency_complete('', ?, 201, response_body_bytes => '\\x7878787878787878')"}) {
-                try (PreparedStatement statement = connection.prepareStatement(sql)) {
-                    statement.setString(1, key);
-                    statement.executeQuery().close();
-                }
-            }
-            connection.commit();
-        }
-        assertProblem(post("/default", key, "{}"), 500, "stored without its body");
     }
 
     @Test

@@ -69,6 +69,28 @@ class OptionsTest {
     }
 
     @Test
+    void theBuildersMethodsAreTheProtocolsOptions() {
+        Set<String> methods = new java.util.HashSet<>();
+        for (java.lang.reflect.Method method : IdempotencyFilter.Builder.class.getMethods()) {
+            methods.add(method.getName());
+        }
+        for (String option : Protocol.OPTIONS) {
+            assertTrue(methods.contains(option), "the builder has no method " + option);
+        }
+    }
+
+    @Test
+    void theRouteRulesGiveTheProtocolsExamples() {
+        for (List<String> example : Protocol.ROUTE_EXAMPLES) {
+            if (example.get(0).equals("brace")) {
+                assertEquals(example.get(2), IdempotencyFilter.canonicalRoute(example.get(1)),
+                    example.get(1));
+            }
+        }
+        assertEquals("/orders/*", IdempotencyFilter.canonicalRoute("/orders/*")); // a mapping
+    }
+
+    @Test
     void durationsAreIntervalsPostgresqlReads() throws Exception {
         Options options = options(IdempotencyFilter.builder(SOURCE).waitFor(Duration.ofMillis(2500))
             .ttl(Duration.ofDays(2)).lease(Duration.ofMinutes(2)).build());

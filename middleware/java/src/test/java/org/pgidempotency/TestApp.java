@@ -107,13 +107,11 @@ final class TestApp {
         filter(context, "default", IdempotencyFilter.builder(database).build(), "/default");
         filter(context, "tenant", IdempotencyFilter.builder(database).tenant(tenant).build(),
             "/tenant");
-        filter(context, "scoped", IdempotencyFilter.builder(database).tenant(tenant)
-            .scopePerRoute(true).build(), "/scoped/a", "/scoped/b");
+        filter(context, "routed", IdempotencyFilter.builder(database).scopePerRoute(true)
+            .route(request -> request.getServletPath() + "/{id:[0-9]+}").build(), "/routed/*");
         filter(context, "scope-hook", IdempotencyFilter.builder(database).tenant(tenant)
             .scopePerRoute(true).scope(request -> "S:" + request.getHeader("X-Tenant")).build(),
             "/scope-hook");
-        filter(context, "optional", IdempotencyFilter.builder(database).required(false).build(),
-            "/optional");
         filter(context, "options", IdempotencyFilter.builder(database).header("X-Key")
             .methods("POST", "PUT").storedHeaders("Content-Type", "Set-Cookie", "X-Extra")
             .storeServerErrors(true).maxRequestBytes(100).build(), "/options");
@@ -135,8 +133,8 @@ final class TestApp {
             "header", "X-Key", "methods", "PUT"));
         configured.addMappingForUrlPatterns(null, true, "/init");
         ServletRegistration.Dynamic handler = context.addServlet("handler", new Handler());
-        handler.addMapping("/default", "/tenant", "/scoped/a", "/scoped/b", "/scope-hook",
-            "/optional", "/options", "/lease", "/small", "/timeout", "/reader-first", "/init");
+        handler.addMapping("/default", "/tenant", "/routed/*", "/scope-hook", "/options", "/lease",
+            "/small", "/timeout", "/reader-first", "/init");
         handler.setAsyncSupported(true);
         handler.setMultipartConfig(new MultipartConfigElement(""));
     }
@@ -277,11 +275,6 @@ final class TestApp {
                         response.getWriter().print("attempt " + idempotency.attempt()
                             + ", recovery point before: " + before);
                     }
-                    case "takeover" -> {
-                        takeOver(idempotency);
-                        response.setStatus(201);
-                        response.getWriter().print("done, after a takeover");
-                    }
                     case "size" -> {
                         response.setStatus(201);
                         response.setContentType("application/octet-stream");
@@ -317,23 +310,6 @@ final class TestApp {
                 try (ResultSet row = insert.executeQuery()) {
                     row.next();
                     return row.getLong(1);
-                }
-            }
-        }
-
-        /** Another worker takes the claim over, as after a lease that ended. */
-        private static void takeOver(Idempotency idempotency) throws SQLException {
-            try (Connection other = dataSource(null).getConnection()) {
-                for (String sql : new String[] {"SELECT idempotency_release(?, ?)",
-                    "SELECT idempotency_begin(?, ?, (SELECT request FROM idempotency_lookup(?, ?)),"
-                        + " lease => '1 minute')"}) {
-                    try (PreparedStatement statement = other.prepareStatement(sql)) {
-                        for (int i = 1; i <= statement.getParameterMetaData().getParameterCount(); i += 2) {
-                            statement.setString(i, idempotency.scope());
-                            statement.setString(i + 1, idempotency.key());
-                        }
-                        statement.executeQuery().close();
-                    }
                 }
             }
         }

@@ -1,2 +1,0 @@
-'use strict';
-require('./checks').checks('express5');
