@@ -68,7 +68,7 @@ extern "C"
 #include "storage/lockdefs.h"
 }
 
-namespace idempotency::citus
+namespace idempotency::citus_placement
 {
 
 // The relation that holds the keys of `scope` on this node, locked in
@@ -215,4 +215,4 @@ DistributedFunction citus_distributed_function(Oid function);
 // The co-location group Citus distributes `relid` in; 0 when it does not.
 uint32 colocation_of(Oid relid);
 
-} // namespace idempotency::citus
+} // namespace idempotency::citus_placement

@@ -3,7 +3,7 @@
 // named in its comment.
 #include "shared_claims.hpp"
 #include "boundary.hpp"
-#include "module.hpp"
+#include "settings.hpp"
 #include "stats.hpp"
 #include "unsettled.hpp"
 

@@ -342,7 +342,7 @@ static bool open_storage(Storage *storage, LOCKMODE lockmode, bool skip_if_busy,
     // writes.  Left as is otherwise -- then a write asks Citus for two-phase
     // commit.  See citus_placement.hpp.
     if (scope != (Datum)0)
-        heap_oid = citus::relation_for_scope(heap_oid, scope, lockmode, elsewhere_ok);
+        heap_oid = citus_placement::relation_for_scope(heap_oid, scope, lockmode, elsewhere_ok);
     if (!OidIsValid(heap_oid))
     {
         storage->heap = nullptr;
@@ -381,18 +381,18 @@ Oid keys_table()
 
 bool keys_in_shards()
 {
-    if (!citus::loaded())
+    if (!citus_placement::loaded())
         return false;
     Oid heap = keys_table();
-    return OidIsValid(heap) && citus::distributes(heap);
+    return OidIsValid(heap) && citus_placement::distributes(heap);
 }
 
 Datum tenant_scope(Datum scope)
 {
-    if (!citus::loaded())
+    if (!citus_placement::loaded())
         return scope;
     Oid heap = keys_table();
-    return OidIsValid(heap) ? citus::tenant_scope(heap, scope) : scope;
+    return OidIsValid(heap) ? citus_placement::tenant_scope(heap, scope) : scope;
 }
 
 Key stored_key(const Storage &storage, const Key &key)
@@ -940,7 +940,7 @@ static void set_shard_key(const Storage &storage, Record &record)
     if (type == TEXTOID)
         record.set_null(col_shard_key);
     else
-        record.set(col_shard_key, citus::scope_as(type, record.values[col_scope]));
+        record.set(col_shard_key, citus_placement::scope_as(type, record.values[col_scope]));
 }
 
 // digest: the key's digest for this database (key_digest.hpp), made with
@@ -1401,7 +1401,7 @@ bool expire_here(TimestampTz now, int64 max_rows, Pace pace, bool skip_if_busy, 
     }
     // With Citus, the table is an empty shell and the keys are in its shards.
     ListCell *cell;
-    foreach (cell, citus::local_shards(table, RowExclusiveLock, skip_if_busy))
+    foreach (cell, citus_placement::local_shards(table, RowExclusiveLock, skip_if_busy))
     {
         if (max_rows >= 0 && *deleted >= max_rows)
             break;

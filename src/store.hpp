@@ -207,7 +207,7 @@ struct Record
 // table, opens instead its shard that holds `scope` (citus_placement.hpp).
 Storage open(LOCKMODE lockmode, Datum scope);
 // open() for a call that can be forwarded: false, with `storage` not opened,
-// when Citus places the scope's keys on another node (citus::forward_call
+// when Citus places the scope's keys on another node (citus_routing::forward_call
 // runs the call there).
 bool open_here(LOCKMODE lockmode, Datum scope, Storage *storage);
 
@@ -222,7 +222,7 @@ void close(Storage &storage);
 
 // The scope as the keys store it: with Citus distributing them by a typed
 // tenant, the tenant's value as its type prints it, so that every spelling
-// of one tenant names one key (citus::tenant_scope); otherwise as given.
+// of one tenant names one key (citus_placement::tenant_scope); otherwise as given.
 Datum tenant_scope(Datum scope);
 
 // The key as this table stores it.  A table still at 0.1.0 has no tenant
