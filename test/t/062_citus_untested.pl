@@ -117,7 +117,7 @@ if (!$untested_here)
 	my $after = cluster_state();
 	is(scalar(grep { $before->{$_} ne $after->{$_} } keys %$before),
 		1 + @workers, 'on a tested release, the distribution changes every node');
-	like($after->{ $coordinator->name }, qr/^distributed: idempotency\.keys, idempotency\.route$/m,
+	like($after->{ $coordinator->name }, qr/^distributed: idempotency\.digest_secret, idempotency\.keys, idempotency\.route$/m,
 		'... the keys and the routing table distributed');
 	is( query(q{SELECT outcome FROM idempotency_begin(42::bigint, 'k', request_hash('x'::text), lease => '1 minute')}),
 		'claimed', '... and a call delegated by a bigint scope claims');
