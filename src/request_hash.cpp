@@ -487,16 +487,23 @@ static bool is_json_media_type(const text *content_type)
             pg_strncasecmp(subtype + subtype_len - suffix_len, suffix, suffix_len) == 0);
 }
 
-// request_hash_body's JSON rule, its conditions cheapest first: a JSON media
-// type, text in the database's encoding, nested at most 128 deep -- decided
-// by a scan that does not recurse, before any parser that does runs, so that
-// no body fails for its depth -- and one document that jsonb reads (no
-// \u0000, no lone surrogate), asked of PostgreSQL's parser without an error.
+// request_hash_body's JSON rule, its conditions cheapest first: a UTF8
+// database, a JSON media type, valid UTF-8, nested at most 128 deep --
+// decided by a scan that does not recurse, before any parser that does
+// runs, so that no body fails for its depth -- and one document that jsonb
+// reads (no \u0000, no lone surrogate), asked of PostgreSQL's parser without
+// an error.  A JSON body is UTF-8 text (RFC 8259), and jsonb holds text in
+// the database's encoding: in any other encoding, its bytes read as that
+// encoding made distinct bodies one document (LATIN1's reading of UTF-8's
+// "é" is the document with "\u00c3\u00a9"), and the parser refused the
+// \u escapes the encoding cannot hold.  So there every body takes the bytes
+// rule.
 static bool is_json_body(const text *content_type, char *data, int len)
 {
-    return is_json_media_type(content_type) && pg_verifymbstr(data, len, true) &&
+    return GetDatabaseEncoding() == PG_UTF8 && is_json_media_type(content_type) &&
+           pg_verifymbstr(data, len, true) &&
            canonical::json_nesting_depth(data, size_t(len)) <= canonical::max_json_nesting_depth &&
-           compat::is_json_document(data, len, GetDatabaseEncoding());
+           compat::is_json_document(data, len, PG_UTF8);
 }
 
 // request_hash_body(content_type, body): the one rule by which every package
