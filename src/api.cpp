@@ -350,8 +350,8 @@ StoredResponse response_to_store(FunctionCallInfo fcinfo)
 void refuse_oversized(FunctionCallInfo fcinfo, const store::Key &key,
                       const StoredResponse &response)
 {
-    bool omit = !has_arg(fcinfo, complete_omit_oversized) ||
-                PG_GETARG_BOOL(complete_omit_oversized);
+    bool omit =
+        !has_arg(fcinfo, complete_omit_oversized) || PG_GETARG_BOOL(complete_omit_oversized);
     if (omit || response.body)
         return;
     ereport(ERROR,
@@ -431,8 +431,8 @@ IDEMPOTENCY_FUNCTION(idempotency_begin)
                 // During a move of that shard, a completed key is answered
                 // there without waiting for the move.
                 if (!request.take_over_mismatch &&
-                    idempotency::citus_routing::forward_replay(fcinfo, request.key.scope, request.key.key,
-                                                       &replayed, answer_is_claim))
+                    idempotency::citus_routing::forward_replay(
+                        fcinfo, request.key.scope, request.key.key, &replayed, answer_is_claim))
                     return replayed;
                 break;
             case ShardRead::needs_write:

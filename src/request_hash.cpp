@@ -78,13 +78,14 @@ const RequestHash *request_hash_arg(FunctionCallInfo fcinfo, int n)
                                length > static_cast<int>(hex_length) ? "..." : ""),
                         errdetail("A request_hash is written as %d hexadecimal digits, not %d.",
                                   static_cast<int>(hex_length), length)));
-    ereport(ERROR,
-            (errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
-             errmsg("invalid input syntax for type %s", "request_hash"),
-             errdetail("A request_hash is written as %d hexadecimal digits. The input, of %d "
-                       "bytes, is not shown: it may be request data.",
-                       static_cast<int>(hex_length), length),
-             errhint("To hash a string instead, give it a type, as in request_hash('...'::text).")));
+    ereport(
+        ERROR,
+        (errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+         errmsg("invalid input syntax for type %s", "request_hash"),
+         errdetail("A request_hash is written as %d hexadecimal digits. The input, of %d "
+                   "bytes, is not shown: it may be request data.",
+                   static_cast<int>(hex_length), length),
+         errhint("To hash a string instead, give it a type, as in request_hash('...'::text).")));
     pg_unreachable();
 }
 
@@ -321,8 +322,8 @@ void append_jsonb_number(canonical::ByteSink sink, Numeric number)
 {
     Datum value = NumericGetDatum(number);
     bool short_form = has_short_magnitude(value);
-    if (short_form &&
-        DatumGetInt32(DirectFunctionCall1(numeric_scale, value)) <= canonical::max_short_number_scale)
+    if (short_form && DatumGetInt32(DirectFunctionCall1(numeric_scale, value)) <=
+                          canonical::max_short_number_scale)
     {
         char *text = numeric_normalize(number);
         canonical::append_jsonb_item(sink, canonical::JsonbItem::number, text, strlen(text));
@@ -341,8 +342,8 @@ void append_jsonb_number(canonical::ByteSink sink, Numeric number)
     else
     {
         bytea *binary = DatumGetByteaPP(DirectFunctionCall1(numeric_send, trimmed));
-        canonical::append_jsonb_item(sink, canonical::JsonbItem::number_binary,
-                                     VARDATA_ANY(binary), VARSIZE_ANY_EXHDR(binary));
+        canonical::append_jsonb_item(sink, canonical::JsonbItem::number_binary, VARDATA_ANY(binary),
+                                     VARSIZE_ANY_EXHDR(binary));
         pfree(binary);
     }
     if (DatumGetPointer(trimmed) != DatumGetPointer(value))
