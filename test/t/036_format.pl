@@ -1,6 +1,8 @@
 # The C++ is laid out as .clang-format says: make format-check passes on the
 # tree, and fails, naming the file, on a copy with one line laid out otherwise.
-# Needs no server.
+# Needs no server.  Another clang-format major lays some lines out otherwise,
+# so the check runs where Debian 12's clang-format 14 is (the host that CI
+# tests PostgreSQL 15 on), and says it skipped elsewhere (the chroots).
 use strict;
 use warnings;
 use File::Copy qw(copy);
@@ -8,6 +10,10 @@ use File::Path qw(make_path);
 use File::Temp qw(tempdir);
 use IPC::Run;
 use Test::More;
+
+my $version = `clang-format --version 2>/dev/null` // '';
+plan skip_all => "the layout is clang-format 14's; this is " . ($version =~ /version (\d+)/ ? "clang-format $1" : 'no clang-format')
+  unless $version =~ /version 14\./;
 
 sub format_check
 {
