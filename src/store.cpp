@@ -1141,49 +1141,6 @@ void wait_for_transaction(TransactionId xid)
     XactLockTableWait(xid, nullptr, nullptr, XLTW_None);
 }
 
-// Runs `body` in an internal subtransaction, as a PL/pgSQL exception block
-// would.  Returns what `body` returned, the subtransaction kept (released
-// into the caller's) when that is true and rolled back when it is false;
-// false too when `body` raised `absorbed` (rolled back, nothing of it left).
-// Any other error propagates.  `cleanup` runs either way, before an error
-// propagates.
-template <typename Body, typename Cleanup>
-static bool absorbing(int absorbed, Body body, Cleanup cleanup)
-{
-    MemoryContext context = CurrentMemoryContext;
-    ResourceOwner owner = CurrentResourceOwner;
-    volatile bool kept = true;
-    BeginInternalSubTransaction(nullptr);
-    MemoryContextSwitchTo(context);
-    PG_TRY();
-    {
-        kept = body();
-        cleanup();
-        if (kept)
-            ReleaseCurrentSubTransaction();
-        else
-            RollbackAndReleaseCurrentSubTransaction();
-    }
-    PG_CATCH();
-    {
-        cleanup();
-        MemoryContextSwitchTo(context);
-        ErrorData *error = CopyErrorData();
-        FlushErrorState();
-        RollbackAndReleaseCurrentSubTransaction();
-        MemoryContextSwitchTo(context);
-        CurrentResourceOwner = owner;
-        if (error->sqlerrcode != absorbed)
-            ReThrowError(error);
-        FreeErrorData(error);
-        kept = false;
-    }
-    PG_END_TRY();
-    MemoryContextSwitchTo(context);
-    CurrentResourceOwner = owner;
-    return kept;
-}
-
 bool wait_for_transaction(TransactionId xid, int timeout_ms)
 {
     // The lock manager can only give up on a wait by raising lock_timeout's
