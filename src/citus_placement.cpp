@@ -253,7 +253,7 @@ static void read_partition(Layout &next, Oid pg_dist_partition)
 // without waiting, the signatures of the routines and flags its library
 // exports (up to PostgreSQL 15), its rule that an update of a replicated
 // reference table commits in two phases -- on the PostgreSQL major version
-// each was tested on by test/t/060_citus.pl and t/061.  A Citus release on
+// each was tested on by the Citus TAP scripts (test/t/061, t/064 to t/068).  A Citus release on
 // another PostgreSQL major is another build, with other code paths (and
 // from 16 on other exports): untested too.  A change there could go
 // unnoticed here, so anything that relies on that layout is refused on any

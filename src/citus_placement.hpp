@@ -32,7 +32,7 @@
 //     afresh.
 //
 // The lock's tag and the catalogs' columns are Citus's private layout, so
-// they are trusted only on the Citus releases test/t/060_citus.pl runs
+// they are trusted only on the Citus releases the Citus TAP scripts run
 // (refused on others); a function missing is refused too, and the catalogs
 // are read through their indexes with each column's type checked.
 //

@@ -7,7 +7,7 @@
 #
 # Where the Citus under test is a tested release, the untested ones are the
 # installed extension's version set to another, in a transaction the
-# attempt rolls back (as t/060 checks the calls' guard): an untested
+# attempt rolls back (as t/064 and t/066 check the calls' guard): an untested
 # release, and a release tested on another PostgreSQL major only.  Where it
 # is not tested itself (Citus 12.1 on PostgreSQL 15, built by hand), the
 # attempt is a plain call on it.  Each attempt leaves every node as it was:
