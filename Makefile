@@ -6,7 +6,10 @@ MODULE_big = idempotency
 OBJS = src/module.o src/boundary.o src/sha256.o src/canonical.o src/request_hash.o src/store.o src/citus_placement.o src/citus_routing.o src/claims.o src/shared_claims.o src/unsettled.o \
        src/arguments.o src/inspect.o \
        src/api.o src/stats.o src/scope_stats.o src/worker.o
-DATA = $(wildcard sql/idempotency--*.sql)
+# The SQL edition (edition/, doc/sql-edition.md) installs beside it, for
+# CREATE EXTENSION idempotency_sql; `make sql-edition` writes its pg_tle and
+# plain forms.
+DATA = $(wildcard sql/idempotency--*.sql) edition/idempotency_sql.control $(wildcard edition/idempotency_sql--*.sql)
 DOCS = README.md
 # `make installcheck`: the pg_regress suite, every sql/*.sql but the install and
 # upgrade scripts (DATA), against a running server where `make install` put the
@@ -48,7 +51,7 @@ endif
 # After PGXS, so that its `all` stays the default goal.
 -include $(OBJS:.o=.d)
 
-.PHONY: test demo bench bench-cost bench-expiry bench-scale bench-citus fuzz sanitize test-cassert errcodes errcodes-check
+.PHONY: test demo bench bench-cost bench-expiry bench-scale bench-citus fuzz sanitize test-cassert errcodes errcodes-check sql-edition
 # `make test` tests the PostgreSQL that PG_CONFIG names (default: the host's
 # Debian PostgreSQL 15).  `make test PG=N` tests PostgreSQL N: the host's own
 # when Debian's /usr/lib/postgresql/N is installed here, else inside
@@ -99,3 +102,7 @@ sanitize:
 # then); see test/cassert.
 test-cassert:
 	bash test/cassert test
+# The SQL edition's three install forms, from its one source, in
+# edition/build (edition/generate; doc/sql-edition.md, "Installing").
+sql-edition:
+	perl edition/generate edition/build

@@ -1100,24 +1100,33 @@ BEGIN
         IF deadline IS NULL OR pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>=) deadline THEN
             RETURN idempotency.begin_answer('in_progress', k, retry_after);
         END IF;
-        IF state OPERATOR(pg_catalog.=) 'held' AND NOT locked THEN
-            -- The holder's transaction: an ordinary lock wait, which
-            -- statement_timeout cancels and the deadlock detector sees;
-            -- the wait's end cuts it short.  Its lock is then the
-            -- caller's, as a claim would take it.
+        IF state OPERATOR(pg_catalog.=) 'held' THEN
+            -- The holder's transaction, through the key's lock (or, for a
+            -- sweep, the row's): an ordinary lock wait, which
+            -- statement_timeout cancels and the deadlock detector sees, cut
+            -- short at the wait's end.  The lock is then the caller's, as a
+            -- claim would take it.
             BEGIN
                 PERFORM pg_catalog.set_config('lock_timeout',
                     pg_catalog.ceil(pg_catalog.extract('epoch', deadline OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
                                     OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8::pg_catalog.text, true);
-                PERFORM idempotency.lock_key(lock_hash);
+                IF locked THEN
+                    PERFORM FROM idempotency.keys AS x
+                     WHERE x.tenant OPERATOR(pg_catalog.=) caller_tenant
+                       AND x.scope OPERATOR(pg_catalog.=) idempotency_begin.scope COLLATE "C"
+                       AND x.key OPERATOR(pg_catalog.=) idempotency_begin.key COLLATE "C"
+                       FOR NO KEY UPDATE;
+                ELSE
+                    PERFORM idempotency.lock_key(lock_hash);
+                END IF;
                 PERFORM pg_catalog.set_config('lock_timeout', old_lock_timeout, true);
                 locked := true;
             EXCEPTION WHEN lock_not_available THEN
                 NULL;
             END;
         ELSE
-            -- A committed claim (or the sweep) has no transaction to wait
-            -- on: poll, every 1 ms, backing off to 50 ms.
+            -- A committed claim has no transaction to wait on: poll its
+            -- lease, every 1 ms, backing off to 50 ms.
             PERFORM pg_catalog.pg_sleep(LEAST(poll, pg_catalog.extract('epoch', deadline OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())::pg_catalog.float8));
             poll := LEAST(poll OPERATOR(pg_catalog.*) 2, 0.05);
         END IF;
@@ -1701,7 +1710,7 @@ CREATE FUNCTION @extschema@.idempotency_stats(
     OUT deferred_claims bigint, OUT deferred_fallbacks bigint,
     OUT last_sweep_time double precision, OUT last_sweep_seconds double precision,
     OUT last_error text, OUT last_error_time double precision)
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    LANGUAGE sql VOLATILE PARALLEL SAFE
     RETURN ROW(false, NULL::pg_catalog.int8, NULL::pg_catalog.int8, NULL::pg_catalog.int8, NULL::pg_catalog.int8,
                NULL::pg_catalog.int8, NULL::pg_catalog.float8, NULL::pg_catalog.int8, NULL::pg_catalog.int8,
                NULL::pg_catalog.int8, NULL::pg_catalog.int8, NULL::pg_catalog.int8, NULL::pg_catalog.int8,
@@ -1844,3 +1853,27 @@ CREATE FUNCTION idempotency.expiry_job_name() RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
     RETURN 'idempotency expiry in ' OPERATOR(pg_catalog.||) pg_catalog.current_database();
 COMMENT ON FUNCTION idempotency.expiry_job_name() IS 'the name of the pg_cron job of this database''s expiry';
+
+-- ---------------------------------------------------------------------------
+-- Privileges of the private helpers
+-- ---------------------------------------------------------------------------
+
+-- Every role may call what request_hash and idempotency_key_problem call
+-- (they run as their caller); the rest of the helpers serve the functions
+-- above, which run as the owner, and nobody else.
+DO $$
+DECLARE
+    helper pg_catalog.regprocedure;
+BEGIN
+    FOR helper IN
+        SELECT p.oid::pg_catalog.regprocedure FROM pg_catalog.pg_proc AS p
+         WHERE p.pronamespace OPERATOR(pg_catalog.=) 'idempotency'::pg_catalog.regnamespace
+           AND p.proname OPERATOR(pg_catalog.<>) ALL (ARRAY[
+               'reject_request_hash_text', 'text_bytes', 'framed', 'jsonb_items', 'jsonb_encoding',
+               'digest_text', 'parts_encoding', 'is_json_media_type', 'json_nests_deeper', 'body_digest',
+               'key_problem_code', 'max_key_length', 'api_schema', 'expiry_job_name'])
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', helper);
+    END LOOP;
+END
+$$;
