@@ -844,6 +844,19 @@ CREATE FUNCTION idempotency.lock_key(hash bigint) RETURNS void
     RETURN pg_catalog.pg_advisory_xact_lock((hash OPERATOR(pg_catalog.>>) 32)::pg_catalog.int4,
                                             (hash OPERATOR(pg_catalog.&) 2147483647)::pg_catalog.int4);
 COMMENT ON FUNCTION idempotency.lock_key(bigint) IS 'takes the key''s lock for the transaction, waiting for its holder';
+-- Waits until no other transaction holds the key's lock, and keeps nothing:
+-- the lock is taken for the session and let go in the same expression,
+-- which no interrupt can split (a session lock left behind would hold the
+-- key for good).
+CREATE FUNCTION idempotency.await_key(hash bigint) RETURNS void
+    LANGUAGE sql VOLATILE PARALLEL UNSAFE
+    AS $$
+SELECT pg_catalog.pg_advisory_lock((hash OPERATOR(pg_catalog.>>) 32)::pg_catalog.int4,
+                                   (hash OPERATOR(pg_catalog.&) 2147483647)::pg_catalog.int4),
+       pg_catalog.pg_advisory_unlock((hash OPERATOR(pg_catalog.>>) 32)::pg_catalog.int4,
+                                     (hash OPERATOR(pg_catalog.&) 2147483647)::pg_catalog.int4)
+$$;
+COMMENT ON FUNCTION idempotency.await_key(bigint) IS 'waits until no other transaction holds the key''s lock, taking nothing';
 
 -- Rule E: a committed record past its expiry -- completed, or unfinished with
 -- its lease ended too -- is as good as absent.
@@ -1104,8 +1117,8 @@ BEGIN
             -- The holder's transaction, through the key's lock (or, for a
             -- sweep, the row's): an ordinary lock wait, which
             -- statement_timeout cancels and the deadlock detector sees, cut
-            -- short at the wait's end.  The lock is then the caller's, as a
-            -- claim would take it.
+            -- short at the wait's end.  The key's lock is only waited for,
+            -- not kept (await_key): the answer is decided afresh.
             BEGIN
                 PERFORM pg_catalog.set_config('lock_timeout',
                     pg_catalog.ceil(pg_catalog.extract('epoch', deadline OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
@@ -1117,10 +1130,9 @@ BEGIN
                        AND x.key OPERATOR(pg_catalog.=) idempotency_begin.key COLLATE "C"
                        FOR NO KEY UPDATE;
                 ELSE
-                    PERFORM idempotency.lock_key(lock_hash);
+                    PERFORM idempotency.await_key(lock_hash);
                 END IF;
                 PERFORM pg_catalog.set_config('lock_timeout', old_lock_timeout, true);
-                locked := true;
             EXCEPTION WHEN lock_not_available THEN
                 NULL;
             END;
@@ -1434,10 +1446,16 @@ BEGIN
     IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
         PERFORM idempotency.refuse_read_only('idempotency_forget');
     END IF;
-    k := idempotency.current_record(caller_tenant, idempotency_forget.scope, idempotency_forget.key);
-    IF k.scope IS NULL OR (NOT idempotency.own(k) AND idempotency.expired(k, pg_catalog.clock_timestamp())) THEN
+    -- With nothing to forget, the key's lock that current_record took goes
+    -- with the subtransaction, as the extension lets go of its key lock.
+    BEGIN
+        k := idempotency.current_record(caller_tenant, idempotency_forget.scope, idempotency_forget.key);
+        IF k.scope IS NULL OR (NOT idempotency.own(k) AND idempotency.expired(k, pg_catalog.clock_timestamp())) THEN
+            RAISE EXCEPTION USING ERRCODE = 'IKNIL';
+        END IF;
+    EXCEPTION WHEN SQLSTATE 'IKNIL' THEN
         RETURN false;
-    END IF;
+    END;
     PERFORM idempotency.check_attempt(k, idempotency_forget.key, idempotency_forget.attempt);
     IF k.status OPERATOR(pg_catalog.=) 'p'::pg_catalog."char" AND NOT idempotency.own(k)
        AND idempotency_forget.attempt IS NULL THEN
