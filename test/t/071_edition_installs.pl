@@ -28,11 +28,7 @@ chomp $pkglibdir;
 my $sharedir = `pg_config --sharedir`;
 chomp $sharedir;
 my $pg_tle = -e "$pkglibdir/pg_tle.so" && -e "$sharedir/extension/pg_tle.control";
-my $node = new_node('installs',
-	conf => [
-		'idempotency.worker_enabled = off',
-		($pg_tle ? "shared_preload_libraries = 'idempotency, pg_tle'" : ())
-	]);
+my $node = new_node('installs', conf => ['idempotency.worker_enabled = off']);
 
 # The forms, from the one source; and a made-up later version of it.
 my $forms = PostgreSQL::Test::Utils::tempdir;
@@ -80,6 +76,7 @@ sub as_role
 sub run_file
 {
 	my ($role, $db, $file, @vars) = @_;
+	local $ENV{PATH} = $node->config_data('--bindir') . ":$ENV{PATH}";
 	my ($out, $err);
 	my $ok = IPC::Run::run(
 		[
@@ -98,7 +95,7 @@ sub rows
 	return $node->safe_psql($db, q{
 		SELECT (SELECT count(*) FROM idempotency.keys) || ' keys, '
 		    || (SELECT count(*) FROM idempotency.tenants) || ' tenants: '
-		    || (SELECT string_agg(k.tenant || '/' || k.scope || '/' || k.key || '/' || k.status
+		    || (SELECT string_agg(k.tenant || '/' || k.scope || '/' || k.key || '/' || k.status::text
 		                          || '/' || k.attempt || '/' || COALESCE(k.response_body::text, '-'),
 		                          ' ' ORDER BY k.tenant::text, k.scope, k.key)
 		          FROM idempotency.keys AS k)});
@@ -235,8 +232,31 @@ is($node->safe_psql('plain',
 # ---------------------------------------------------------------------------
 SKIP:
 {
-	skip 'pg_tle is not installed in this PostgreSQL (build it by hand to run this part)', 13 unless $pg_tle;
+	skip 'pg_tle is not installed in this PostgreSQL (build it by hand to run this part)', 24 unless $pg_tle;
+	# pg_tle refuses a name that the extension directory has: this part runs
+	# on a copy of the installation without the edition's files there, as on
+	# a managed server.
+	my $copy = PostgreSQL::Test::Utils::tempdir;
+	my $bindir = `pg_config --bindir`;
+	chomp $bindir;
+	my $prefix = $bindir =~ s{/bin$}{}r;
+	for my $dir ($prefix, $sharedir)
+	{
+		system('mkdir', '-p', $copy . ($dir =~ s{/[^/]+$}{}r)) == 0 or BAIL_OUT('mkdir');
+		system('cp', '-a', $dir, $copy . ($dir =~ s{/[^/]+$}{}r)) == 0 or BAIL_OUT("cp $dir");
+	}
+	unlink glob("$copy$sharedir/extension/idempotency_sql*");
+	$node->stop;
+	$node = PostgreSQL::Test::Cluster->new('tle', install_path => "$copy$prefix");
+	$node->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
+	$node->append_conf('postgresql.conf', "shared_preload_libraries = 'idempotency, pg_tle'");
+	$node->append_conf('postgresql.conf', 'idempotency.worker_enabled = off');
+	$node->start;
+	$superuser = $node->safe_psql('postgres', 'SELECT current_user');
 	$node->safe_psql('postgres', q{
+		CREATE ROLE app LOGIN;
+		CREATE ROLE tenant_a LOGIN IN ROLE app;
+		CREATE ROLE tenant_b LOGIN IN ROLE app;
 		CREATE ROLE tle_admin LOGIN;
 		CREATE DATABASE tle OWNER tle_admin;
 	});
