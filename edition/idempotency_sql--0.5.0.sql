@@ -1835,7 +1835,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value', DETAIL = 'batch_size must be 1 or more.';
     END IF;
     command := pg_catalog.format('CALL %I.idempotency_expire_batches(%s)', idempotency.api_schema(), batch_size);
-    IF pg_catalog.to_regproc('cron.schedule') IS NULL THEN
+    IF pg_catalog.to_regclass('cron.job') IS NULL THEN
         RAISE EXCEPTION 'pg_cron is not installed in this database'
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   DETAIL = 'pg_cron schedules jobs from the database named by its setting cron.database_name.',
@@ -1853,7 +1853,7 @@ CREATE FUNCTION @extschema@.idempotency_unschedule_expiry() RETURNS boolean
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
     AS $$
 BEGIN
-    IF pg_catalog.to_regproc('cron.unschedule') IS NULL THEN
+    IF pg_catalog.to_regclass('cron.job') IS NULL THEN
         RETURN false;
     END IF;
     IF NOT EXISTS (SELECT FROM cron.job AS j WHERE j.jobname OPERATOR(pg_catalog.=) idempotency.expiry_job_name()
