@@ -542,6 +542,72 @@ EXCEPTION WHEN feature_not_supported THEN
 END
 $$;
 
+-- The owner's choices, as constants that the planner folds into every plan
+-- that uses them, so that a call reads neither table: whether any role is
+-- isolated, and the limits.  The tables above stay the record (they are
+-- dumped); a statement that changes them -- the owner's, or a restore's --
+-- writes these functions anew (configured), and the plans that used the old
+-- ones are made again.
+CREATE FUNCTION idempotency.any_tenants() RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN false;
+COMMENT ON FUNCTION idempotency.any_tenants() IS 'whether idempotency.tenants has a row (written by idempotency.configured)';
+CREATE FUNCTION idempotency.owner_max_key_length() RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN 1024;
+COMMENT ON FUNCTION idempotency.owner_max_key_length() IS 'the owner''s max_key_length (written by idempotency.configured)';
+CREATE FUNCTION idempotency.owner_max_response_bytes() RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN 1048576;
+COMMENT ON FUNCTION idempotency.owner_max_response_bytes() IS 'the owner''s max_response_bytes (written by idempotency.configured)';
+
+CREATE FUNCTION idempotency.configured() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE
+    AS $$
+DECLARE
+    tenants pg_catalog.bool := EXISTS (SELECT FROM idempotency.tenants);
+    key_limit pg_catalog.int4 := COALESCE((SELECT s.max_key_length FROM idempotency.settings AS s), 1024);
+    size_limit pg_catalog.int4 := COALESCE((SELECT s.max_response_bytes FROM idempotency.settings AS s), 1048576);
+BEGIN
+    IF tenants OPERATOR(pg_catalog.=) idempotency.any_tenants()
+       AND key_limit OPERATOR(pg_catalog.=) idempotency.owner_max_key_length()
+       AND size_limit OPERATOR(pg_catalog.=) idempotency.owner_max_response_bytes() THEN
+        RETURN NULL;
+    END IF;
+    -- Only what changed is written anew.
+    IF tenants OPERATOR(pg_catalog.<>) idempotency.any_tenants() THEN
+        EXECUTE pg_catalog.format(
+            'CREATE OR REPLACE FUNCTION idempotency.any_tenants() RETURNS boolean '
+            'LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN %s', CASE WHEN tenants THEN 'true' ELSE 'false' END);
+    END IF;
+    IF key_limit OPERATOR(pg_catalog.<>) idempotency.owner_max_key_length() THEN
+        EXECUTE pg_catalog.format(
+            'CREATE OR REPLACE FUNCTION idempotency.owner_max_key_length() RETURNS integer '
+            'LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN %s', key_limit);
+    END IF;
+    IF size_limit OPERATOR(pg_catalog.<>) idempotency.owner_max_response_bytes() THEN
+        EXECUTE pg_catalog.format(
+            'CREATE OR REPLACE FUNCTION idempotency.owner_max_response_bytes() RETURNS integer '
+            'LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN %s', size_limit);
+    END IF;
+    -- A plan that folded one of them through call_context, an inlined
+    -- function, does not record that it depends on it; every such plan
+    -- reads idempotency.keys, and a change of the table's options makes them
+    -- all be made again (SHARE UPDATE EXCLUSIVE: no request waits for it).
+    ALTER TABLE idempotency.keys SET (fillfactor = 90);
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION idempotency.configured() IS
+    'writes any_tenants, owner_max_key_length and owner_max_response_bytes anew from the tables they reflect';
+REVOKE ALL ON FUNCTION idempotency.configured() FROM PUBLIC;
+CREATE TRIGGER tenants_configured AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON idempotency.tenants
+    FOR EACH STATEMENT EXECUTE FUNCTION idempotency.configured();
+COMMENT ON TRIGGER tenants_configured ON idempotency.tenants IS 'keeps idempotency.any_tenants() in step';
+CREATE TRIGGER settings_configured AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON idempotency.settings
+    FOR EACH STATEMENT EXECUTE FUNCTION idempotency.configured();
+COMMENT ON TRIGGER settings_configured ON idempotency.settings IS 'keeps the owner''s limit functions in step';
+
 -- The per-scope summary, as the extension's: derived, not dumped, rebuilt by
 -- idempotency_scope_stats_refresh() (which the scheduled expiry calls).
 CREATE TABLE idempotency.scope_stats (
@@ -612,39 +678,42 @@ CREATE FUNCTION idempotency.duration_setting(name text, unit interval) RETURNS i
                 THEN pg_catalog.current_setting(name, true)::pg_catalog.interval END;
 COMMENT ON FUNCTION idempotency.duration_setting(text, interval) IS 'a duration setting of the session, NULL when not set';
 
--- A size setting in bytes ('54000', '1MB', '512kB'), NULL when not set.
+-- A size setting in bytes ('54000', '1MB', '512kB'), NULL when not set (or
+-- not a size).
 CREATE FUNCTION idempotency.size_setting(name text) RETURNS bigint
     LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN (SELECT (m[1]::pg_catalog.numeric OPERATOR(pg_catalog.*)
-                    CASE WHEN m[2] OPERATOR(pg_catalog.=) 'kB' THEN 1024
-                         WHEN m[2] OPERATOR(pg_catalog.=) 'MB' THEN 1048576
-                         WHEN m[2] OPERATOR(pg_catalog.=) 'GB' THEN 1073741824
-                         WHEN m[2] OPERATOR(pg_catalog.=) 'TB' THEN 1099511627776
-                         ELSE 1 END)::pg_catalog.int8
-              FROM pg_catalog.regexp_match(pg_catalog.current_setting(name, true),
-                                           '^\s*([0-9]+)\s*(B|kB|MB|GB|TB)?\s*$') AS m);
+    RETURN CASE WHEN pg_catalog.current_setting(name, true) OPERATOR(pg_catalog.~) '^\s*[0-9]+\s*(B|kB|MB|GB|TB)?\s*$'
+                THEN (pg_catalog.substring(pg_catalog.current_setting(name, true), '[0-9]+')::pg_catalog.numeric
+                      OPERATOR(pg_catalog.*)
+                      CASE WHEN pg_catalog.current_setting(name, true) OPERATOR(pg_catalog.~) 'kB' THEN 1024
+                           WHEN pg_catalog.current_setting(name, true) OPERATOR(pg_catalog.~) 'MB' THEN 1048576
+                           WHEN pg_catalog.current_setting(name, true) OPERATOR(pg_catalog.~) 'GB' THEN 1073741824
+                           WHEN pg_catalog.current_setting(name, true) OPERATOR(pg_catalog.~) 'TB' THEN 1099511627776
+                           ELSE 1 END)::pg_catalog.int8 END;
 COMMENT ON FUNCTION idempotency.size_setting(text) IS 'a size setting of the session in bytes, NULL when not set';
-
--- The longest key and scope, in bytes: the owner's limit, or a session's
--- lower one.
-CREATE FUNCTION idempotency.max_key_length() RETURNS integer
-    LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN LEAST(COALESCE((SELECT s.max_key_length FROM idempotency.settings AS s), 1024),
-                 COALESCE(pg_catalog.current_setting('idempotency.max_key_length', true)::pg_catalog.int4, 1024));
-COMMENT ON FUNCTION idempotency.max_key_length() IS 'the longest key and scope accepted, in bytes';
 
 -- What every call needs to know about its caller: its tenant (the role, if
 -- isolated, else 0) and the limits (the owner's, or a session's lower ones).
+-- One query, which the planner inlines into the caller's.  The owner's
+-- functions are named here, in the query itself: a plan records that it
+-- depends on a function it folded, and is made again when the function
+-- changes, only for a function of the query, not for one inside another
+-- inlined function.
 CREATE FUNCTION idempotency.call_context()
     RETURNS TABLE (tenant regrole, max_key_length integer, max_response_bytes integer)
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
-SELECT COALESCE((SELECT t.tenant FROM idempotency.tenants AS t
-                  WHERE t.tenant OPERATOR(pg_catalog.=) idempotency.caller_role()),
-                0::pg_catalog.regrole),
-       idempotency.max_key_length(),
-       LEAST(COALESCE((SELECT s.max_response_bytes FROM idempotency.settings AS s), 1048576),
-             COALESCE(idempotency.size_setting('idempotency.max_response_bytes'), 1048576))::pg_catalog.int4
+SELECT CASE WHEN idempotency.any_tenants()
+            THEN COALESCE((SELECT t.tenant FROM idempotency.tenants AS t
+                            WHERE t.tenant OPERATOR(pg_catalog.=) idempotency.caller_role()),
+                          0::pg_catalog.regrole)
+            ELSE 0::pg_catalog.regrole END,
+       LEAST(idempotency.owner_max_key_length(),
+             COALESCE(pg_catalog.current_setting('idempotency.max_key_length', true)::pg_catalog.int4, 1024)),
+       CASE WHEN pg_catalog.current_setting('idempotency.max_response_bytes', true) IS NULL
+            THEN idempotency.owner_max_response_bytes()
+            ELSE LEAST(idempotency.owner_max_response_bytes(),
+                       COALESCE(idempotency.size_setting('idempotency.max_response_bytes'), 1048576))::pg_catalog.int4 END
 $$;
 COMMENT ON FUNCTION idempotency.call_context() IS 'the calling role''s tenant and the limits that apply to its call';
 
@@ -790,7 +859,7 @@ COMMENT ON FUNCTION idempotency.default_duration(text, interval, interval, inter
 -- uncompressed, with a 4-byte header, as a freshly built value has it (#>
 -- with an empty path returns the value detoasted).
 CREATE FUNCTION idempotency.jsonb_size(value jsonb) RETURNS bigint
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
     RETURN pg_catalog.pg_column_size(value OPERATOR(pg_catalog.#>) '{}'::pg_catalog.text[]);
 COMMENT ON FUNCTION idempotency.jsonb_size(jsonb) IS 'the uncompressed size of a jsonb value, with a 4-byte header';
 
@@ -881,10 +950,12 @@ COMMENT ON FUNCTION idempotency.microseconds(interval) IS 'an interval as a time
 
 -- idempotency_begin's row: what the answer shows of the key (api.cpp's
 -- begin_result).  A mismatch tells the state of the key and when it frees
--- up, nothing about the other request.
+-- up, nothing about the other request.  (STABLE, as the outcome's enum
+-- input is: an IMMUTABLE function with a STABLE call inside would not be
+-- inlined, and each call would plan it anew.)
 CREATE FUNCTION idempotency.begin_answer(outcome text, k idempotency.keys, retry_after interval)
     RETURNS @extschema@.idempotency_begin_result
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    LANGUAGE sql STABLE PARALLEL SAFE
     RETURN ROW(outcome::@extschema@.idempotency_outcome, k.attempt,
                CASE WHEN outcome OPERATOR(pg_catalog.=) 'replay' THEN k.response_status END,
                CASE WHEN outcome OPERATOR(pg_catalog.=) 'replay' THEN k.response_body END,
@@ -906,6 +977,99 @@ COMMENT ON FUNCTION idempotency.begin_answer(text, idempotency.keys, interval) I
 -- idempotency_begin
 -- ---------------------------------------------------------------------------
 
+-- A ttl or lease that checked_span accepts, as an expression the planner
+-- inlines (checked_span, which raises the error, runs only when it is not).
+-- STABLE, as timestamptz + interval is: a SQL function is inlined only when
+-- it is no less volatile than its body, and one that is not is planned anew
+-- at every call.
+CREATE FUNCTION idempotency.span_ok(span interval, now timestamptz) RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN span IS NULL
+           OR pg_catalog.isfinite(span)
+              AND pg_catalog.extract('year', span) OPERATOR(pg_catalog.*) 12
+                  OPERATOR(pg_catalog.+) pg_catalog.extract('month', span) OPERATOR(pg_catalog.>=) 0
+              AND pg_catalog.extract('day', span) OPERATOR(pg_catalog.>=) 0
+              AND span OPERATOR(pg_catalog.-)
+                  pg_catalog.make_interval(months => (pg_catalog.extract('year', span) OPERATOR(pg_catalog.*) 12
+                                                      OPERATOR(pg_catalog.+) pg_catalog.extract('month', span))::pg_catalog.int4,
+                                           days => pg_catalog.extract('day', span)::pg_catalog.int4)
+                  OPERATOR(pg_catalog.>=) '0'::pg_catalog.interval
+              AND span OPERATOR(pg_catalog.<=) '7300 days'::pg_catalog.interval
+              AND now OPERATOR(pg_catalog.+) span OPERATOR(pg_catalog.>) now
+              AND now OPERATOR(pg_catalog.+) span
+                  OPERATOR(pg_catalog.<=) (now OPERATOR(pg_catalog.+) '315360000 seconds'::pg_catalog.interval);
+COMMENT ON FUNCTION idempotency.span_ok(interval, timestamptz) IS 'whether checked_span accepts a ttl or lease (NULL: not given)';
+
+-- A default of ttl, lease or wait (default_duration's), as an inlined
+-- expression: NULL when the session's setting is out of range, which
+-- default_duration then reports.
+CREATE FUNCTION idempotency.default_span(name text, unit interval, fallback interval, low interval, high interval)
+    RETURNS interval
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN CASE WHEN pg_catalog.current_setting(name, true) IS NULL THEN fallback
+                WHEN COALESCE(idempotency.duration_setting(name, unit), fallback)
+                         OPERATOR(pg_catalog.>=) low
+                     AND COALESCE(idempotency.duration_setting(name, unit), fallback)
+                         OPERATOR(pg_catalog.<=) high
+                THEN idempotency.microseconds(COALESCE(idempotency.duration_setting(name, unit), fallback)) END;
+COMMENT ON FUNCTION idempotency.default_span(text, interval, interval, interval, interval) IS
+    'the session''s setting of a default ttl, lease or wait, or the extension''s default; NULL when out of range';
+
+-- What is wrong with begin's arguments, in the order the extension checks
+-- them, or NULL: a name that refuse_begin turns into the error.
+CREATE FUNCTION idempotency.begin_problem(scope text, key text, request text, ttl interval, lease interval,
+                                          wait interval, claim_data jsonb, max_key_length integer,
+                                          max_response_bytes integer, now timestamptz)
+    RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN CASE WHEN scope IS NULL THEN 'scope'
+                WHEN key IS NULL THEN 'key'
+                WHEN idempotency.key_problem_code(scope, key, max_key_length) OPERATOR(pg_catalog.<>) 0 THEN 'key problem'
+                WHEN request IS NULL THEN 'request'
+                WHEN NOT idempotency.span_ok(ttl, now) THEN 'ttl'
+                WHEN NOT idempotency.span_ok(lease, now) THEN 'lease'
+                WHEN wait OPERATOR(pg_catalog.<) '0'::pg_catalog.interval
+                     OR wait OPERATOR(pg_catalog.>) '1 hour'::pg_catalog.interval THEN 'wait'
+                WHEN idempotency.jsonb_size(claim_data) OPERATOR(pg_catalog.>) max_response_bytes THEN 'claim_data'
+                WHEN pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN 'read-only' END;
+COMMENT ON FUNCTION idempotency.begin_problem(text, text, text, interval, interval, interval, jsonb, integer, integer, timestamptz) IS
+    'the first of idempotency_begin''s argument checks that fails, or NULL';
+
+-- Raises the error of begin_problem's answer.
+CREATE FUNCTION idempotency.refuse_begin(problem text, scope text, key text, ttl interval, lease interval,
+                                         wait interval, claim_data jsonb, max_key_length integer,
+                                         max_response_bytes integer)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+    AS $$
+BEGIN
+    IF problem OPERATOR(pg_catalog.=) ANY (ARRAY['scope', 'key', 'request']) THEN
+        PERFORM idempotency.refuse_null(problem);
+    ELSIF problem OPERATOR(pg_catalog.=) 'key problem' THEN
+        PERFORM idempotency.refuse_key(idempotency.key_problem_code(scope, key, max_key_length), scope, key, max_key_length);
+    ELSIF problem OPERATOR(pg_catalog.=) 'ttl' THEN
+        PERFORM idempotency.checked_span('ttl', ttl);
+    ELSIF problem OPERATOR(pg_catalog.=) 'lease' THEN
+        PERFORM idempotency.checked_span('lease', lease);
+    ELSIF problem OPERATOR(pg_catalog.=) 'wait' THEN
+        PERFORM idempotency.checked_wait(wait);
+    ELSIF problem OPERATOR(pg_catalog.=) 'claim_data' THEN
+        PERFORM idempotency.refuse_size('claim_data', key, idempotency.jsonb_size(claim_data), max_response_bytes);
+    ELSIF problem OPERATOR(pg_catalog.=) 'read-only' THEN
+        PERFORM idempotency.refuse_read_only('idempotency_begin');
+    ELSIF problem OPERATOR(pg_catalog.=) 'default_ttl' THEN
+        PERFORM idempotency.default_duration('idempotency.default_ttl', '1 second', '1 day', '1 second', '3650 days');
+    ELSIF problem OPERATOR(pg_catalog.=) 'default_lease' THEN
+        PERFORM idempotency.default_duration('idempotency.default_lease', '1 millisecond', '1 minute',
+                                             '1 millisecond', '2147483647 milliseconds');
+    ELSE
+        PERFORM idempotency.default_duration('idempotency.default_wait', '1 millisecond', '0', '0', '1 hour');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION idempotency.refuse_begin(text, text, text, interval, interval, interval, jsonb, integer, integer) IS
+    'raises the error of idempotency_begin''s argument check that failed';
+
 -- The states of a key are src/claims.hpp's, as a read of the committed row
 -- (or the caller's own uncommitted one) and the key's lock show them:
 --   absent        no row: claimed, under the key's lock (INSERT)
@@ -918,9 +1082,41 @@ COMMENT ON FUNCTION idempotency.begin_answer(text, idempotency.keys, interval) I
 --                 until the lease ends; polls it
 --   lease_ended   unfinished claim (committed, or own after a release or a
 --                 dropped 5xx), lease over: taken over, attempt + 1
+--   dead_mismatch the same for another request, with take_over_mismatch
 --   own           the caller's own claim, lease running: claimed again
 --   replay        completed for this request: replayed, no lock, no write
 --   mismatch      for another request (a dead claim taken over on request)
+-- begin_state classifies a row read (all but held, which the lock tells).
+CREATE FUNCTION idempotency.begin_state(k idempotency.keys, digest bytea, take_over_mismatch boolean, now timestamptz)
+    RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN CASE WHEN k.scope IS NULL THEN 'absent'
+                WHEN NOT idempotency.own(k) AND idempotency.expired(k, now) THEN 'expired'
+                WHEN k.request OPERATOR(pg_catalog.<>) digest
+                THEN CASE WHEN take_over_mismatch AND k.status OPERATOR(pg_catalog.=) 'p'::pg_catalog."char"
+                               AND k.lease_expires_at OPERATOR(pg_catalog.<=) now
+                          THEN 'dead_mismatch' ELSE 'mismatch' END
+                WHEN k.status OPERATOR(pg_catalog.=) 'c'::pg_catalog."char" THEN 'replay'
+                WHEN k.lease_expires_at OPERATOR(pg_catalog.<=) now THEN 'lease_ended'
+                WHEN idempotency.own(k) THEN 'own'
+                ELSE 'leased' END;
+COMMENT ON FUNCTION idempotency.begin_state(idempotency.keys, bytea, boolean, timestamptz) IS
+    'the state of a key for idempotency_begin, from its row (src/claims.hpp''s states)';
+
+-- The answer a state gives without a write: replay, mismatch, or (own) the
+-- caller's claim.
+CREATE FUNCTION idempotency.read_answer(state text, k idempotency.keys)
+    RETURNS @extschema@.idempotency_begin_result
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN idempotency.begin_answer(CASE WHEN state OPERATOR(pg_catalog.=) 'own' THEN 'claimed' ELSE state END, k, NULL);
+COMMENT ON FUNCTION idempotency.read_answer(text, idempotency.keys) IS
+    'idempotency_begin''s answer when a read gives it: replay, mismatch, or the caller''s own claim';
+
+-- The common course takes two statements: one read gives the caller's
+-- context, every argument check, the key's row and state, and the answer
+-- when a read gives it (a replay, a mismatch, the caller's own claim); a new
+-- key is then claimed by one more, which takes the key's lock and inserts
+-- the row.  The rest -- takeovers, in_progress, waiting -- loops.
 CREATE FUNCTION @extschema@.idempotency_begin(
     scope text, key text, request @extschema@.request_hash,
     ttl interval DEFAULT NULL, lease interval DEFAULT NULL, wait interval DEFAULT NULL,
@@ -930,63 +1126,115 @@ CREATE FUNCTION @extschema@.idempotency_begin(
     AS $$
 #variable_conflict use_column
 DECLARE
-    caller_tenant pg_catalog.regrole;
-    key_limit pg_catalog.int4;
-    size_limit pg_catalog.int4;
-    problem pg_catalog.int4;
+    r record;
+    claimed record;
+    k idempotency.keys;
+    problem pg_catalog.text;
+    digest pg_catalog.bytea;
     claim_ttl pg_catalog.interval;
     claim_lease pg_catalog.interval;
     wait_for pg_catalog.interval;
-    deadline pg_catalog.timestamptz;
-    digest pg_catalog.bytea;
     lock_hash pg_catalog.int8;
+    claim_unsettled pg_catalog.timestamptz;
+    claim_expires pg_catalog.timestamptz;
+    claim_lease_expires pg_catalog.timestamptz;
+    claim_writer pg_catalog.xid8;
+    state pg_catalog.text;
     locked pg_catalog.bool := false;
     found_row pg_catalog.bool;
-    k idempotency.keys;
     now pg_catalog.timestamptz;
-    state pg_catalog.text;
-    answer_outcome pg_catalog.text;
     retry_after pg_catalog.interval;
+    deadline pg_catalog.timestamptz;
     poll pg_catalog.float8 := 0.001;
     old_lock_timeout pg_catalog.text;
 BEGIN
-    IF idempotency_begin.scope IS NULL THEN
-        PERFORM idempotency.refuse_null('scope');
-    ELSIF idempotency_begin.key IS NULL THEN
-        PERFORM idempotency.refuse_null('key');
+    -- One query, whose only parameters are the key's (so that its plan is
+    -- made once, not for each call); the rest are expressions of
+    -- PL/pgSQL, which the planner inlines.
+    SELECT x.tenant, x.max_key_length, x.max_response_bytes, k AS stored
+      INTO r
+      FROM idempotency.call_context() AS x
+      LEFT JOIN idempotency.keys AS k
+        ON k.tenant OPERATOR(pg_catalog.=) x.tenant
+       AND k.scope OPERATOR(pg_catalog.=) idempotency_begin.scope COLLATE "C"
+       AND k.key OPERATOR(pg_catalog.=) idempotency_begin.key COLLATE "C";
+    now := pg_catalog.clock_timestamp();
+    -- The argument checks, cheapest first: each expression is set up once per
+    -- transaction, so those of arguments not given are never built.
+    IF idempotency_begin.scope IS NULL OR idempotency_begin.key IS NULL
+       OR idempotency.key_problem_code(idempotency_begin.scope, idempotency_begin.key, r.max_key_length)
+          OPERATOR(pg_catalog.<>) 0
+       OR idempotency_begin.request IS NULL
+       OR idempotency_begin.claim_data IS NOT NULL
+       OR idempotency_begin.ttl IS NOT NULL OR idempotency_begin.wait IS NOT NULL
+       OR pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+        problem := idempotency.begin_problem(idempotency_begin.scope, idempotency_begin.key, idempotency_begin.request,
+                                             idempotency_begin.ttl, idempotency_begin.lease, idempotency_begin.wait,
+                                             idempotency_begin.claim_data, r.max_key_length, r.max_response_bytes,
+                                             now);
+    ELSIF idempotency_begin.lease IS NOT NULL THEN
+        IF NOT idempotency.span_ok(idempotency_begin.lease, now) THEN
+            problem := 'lease';
+        END IF;
     END IF;
-    SELECT c.tenant, c.max_key_length, c.max_response_bytes INTO caller_tenant, key_limit, size_limit
-      FROM idempotency.call_context() AS c;
-    problem := idempotency.key_problem_code(idempotency_begin.scope, idempotency_begin.key, key_limit);
-    IF problem OPERATOR(pg_catalog.<>) 0 THEN
-        PERFORM idempotency.refuse_key(problem, idempotency_begin.scope, idempotency_begin.key, key_limit);
-    END IF;
-    IF idempotency_begin.request IS NULL THEN
-        PERFORM idempotency.refuse_null('request');
-    END IF;
-    claim_ttl := COALESCE(idempotency.checked_span('ttl', idempotency_begin.ttl),
-                          idempotency.default_duration('idempotency.default_ttl', '1 second', '1 day', '1 second', '3650 days'));
-    claim_lease := COALESCE(idempotency.checked_span('lease', idempotency_begin.lease),
-                            idempotency.default_duration('idempotency.default_lease', '1 millisecond', '1 minute',
-                                                         '1 millisecond', '2147483647 milliseconds'));
-    wait_for := COALESCE(idempotency.checked_wait(idempotency_begin.wait),
-                         idempotency.default_duration('idempotency.default_wait', '1 millisecond', '0', '0', '1 hour'));
-    IF idempotency.jsonb_size(idempotency_begin.claim_data) OPERATOR(pg_catalog.>) size_limit THEN
-        PERFORM idempotency.refuse_size('claim_data', idempotency_begin.key,
-                                        idempotency.jsonb_size(idempotency_begin.claim_data), size_limit);
-    END IF;
-    IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
-        PERFORM idempotency.refuse_read_only('idempotency_begin');
+    IF problem IS NOT NULL THEN
+        PERFORM idempotency.refuse_begin(problem, idempotency_begin.scope, idempotency_begin.key,
+                                         idempotency_begin.ttl, idempotency_begin.lease, idempotency_begin.wait,
+                                         idempotency_begin.claim_data, r.max_key_length, r.max_response_bytes);
     END IF;
     digest := pg_catalog.decode(idempotency_begin.request, 'hex');
-    lock_hash := idempotency.key_hash(caller_tenant, idempotency_begin.scope, idempotency_begin.key);
-    -- Rule W: a wait ends at the deadline, or sooner with a shorter lock_timeout.
-    IF wait_for OPERATOR(pg_catalog.>) '0'::pg_catalog.interval THEN
-        old_lock_timeout := pg_catalog.current_setting('lock_timeout');
-        IF pg_catalog.current_setting('lock_timeout') OPERATOR(pg_catalog.<>) '0' THEN
-            wait_for := LEAST(wait_for, pg_catalog.current_setting('lock_timeout')::pg_catalog.interval);
+    state := idempotency.begin_state(r.stored, digest, idempotency_begin.take_over_mismatch, now);
+    IF state OPERATOR(pg_catalog.=) ANY (ARRAY['replay', 'mismatch', 'own']) THEN
+        RETURN idempotency.read_answer(state, r.stored);
+    END IF;
+    -- The claim's ttl and lease, and the wait: as given, else the defaults.
+    claim_ttl := COALESCE(idempotency_begin.ttl,
+                          idempotency.default_span('idempotency.default_ttl', '1 second', '86400 seconds',
+                                                   '1 second', '3650 days'));
+    claim_lease := COALESCE(idempotency_begin.lease,
+                            idempotency.default_span('idempotency.default_lease', '1 millisecond', '60 seconds',
+                                                     '1 millisecond', '2147483647 milliseconds'));
+    IF claim_ttl IS NULL OR claim_lease IS NULL THEN
+        PERFORM idempotency.refuse_begin(CASE WHEN claim_ttl IS NULL THEN 'default_ttl' ELSE 'default_lease' END,
+                                         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+    END IF;
+    lock_hash := idempotency.key_hash(r.tenant, idempotency_begin.scope, idempotency_begin.key);
+    claim_unsettled := CASE WHEN idempotency_begin.lease IS NULL THEN pg_catalog.statement_timestamp() END;
+    IF state OPERATOR(pg_catalog.=) 'absent' THEN
+        -- Rules A and K: under the key's lock (taken here, if free), so that
+        -- only a row committed since the read can be there; then it is
+        -- read again.
+        claim_expires := now OPERATOR(pg_catalog.+) claim_ttl;
+        claim_lease_expires := now OPERATOR(pg_catalog.+) claim_lease;
+        claim_writer := pg_catalog.pg_current_xact_id();
+        WITH lock AS (SELECT idempotency.try_lock_key(lock_hash) AS taken),
+        claim AS (
+            INSERT INTO idempotency.keys AS x (tenant, scope, key, request, created_at, ttl, attempt, writer,
+                                               status, expires_at, lease, lease_expires_at, unsettled_since,
+                                               claim_data)
+            SELECT r.tenant, idempotency_begin.scope, idempotency_begin.key, digest, now, claim_ttl, 1,
+                   claim_writer, 'p', claim_expires, claim_lease, claim_lease_expires, claim_unsettled,
+                   idempotency_begin.claim_data
+              FROM lock WHERE lock.taken
+            ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
+            RETURNING x)
+        SELECT lock.taken, claim.x AS stored INTO claimed FROM lock LEFT JOIN claim ON true;
+        IF claimed.stored IS NOT NULL THEN
+            RETURN idempotency.begin_answer('claimed', claimed.stored, NULL);
         END IF;
-        deadline := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) wait_for;
+        locked := claimed.taken;
+    END IF;
+    wait_for := COALESCE(idempotency_begin.wait,
+                         idempotency.default_span('idempotency.default_wait', '1 millisecond', '0', '0', '1 hour'));
+    IF wait_for IS NULL THEN
+        PERFORM idempotency.refuse_begin('default_wait', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+    END IF;
+    IF wait_for OPERATOR(pg_catalog.>) '0'::pg_catalog.interval THEN
+        -- Rule W: a wait ends at the deadline, or sooner with a shorter lock_timeout.
+        old_lock_timeout := pg_catalog.current_setting('lock_timeout');
+        deadline := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)
+                    CASE WHEN old_lock_timeout OPERATOR(pg_catalog.=) '0' THEN wait_for
+                         ELSE LEAST(wait_for, old_lock_timeout::pg_catalog.interval) END;
     END IF;
     LOOP
         now := pg_catalog.clock_timestamp();
@@ -995,64 +1243,43 @@ BEGIN
         -- key's lock the row is locked too, unless the sweep has it.
         IF locked THEN
             SELECT * INTO k FROM idempotency.keys AS x
-             WHERE x.tenant OPERATOR(pg_catalog.=) caller_tenant
+             WHERE x.tenant OPERATOR(pg_catalog.=) r.tenant
                AND x.scope OPERATOR(pg_catalog.=) idempotency_begin.scope COLLATE "C"
                AND x.key OPERATOR(pg_catalog.=) idempotency_begin.key COLLATE "C"
                FOR NO KEY UPDATE SKIP LOCKED;
             found_row := FOUND;
             IF NOT found_row THEN
                 PERFORM FROM idempotency.keys AS x
-                 WHERE x.tenant OPERATOR(pg_catalog.=) caller_tenant
+                 WHERE x.tenant OPERATOR(pg_catalog.=) r.tenant
                    AND x.scope OPERATOR(pg_catalog.=) idempotency_begin.scope COLLATE "C"
                    AND x.key OPERATOR(pg_catalog.=) idempotency_begin.key COLLATE "C";
                 IF FOUND THEN
-                    state := 'held';
+                    state := 'held'; -- by the sweep
                 END IF;
             END IF;
         ELSE
             SELECT * INTO k FROM idempotency.keys AS x
-             WHERE x.tenant OPERATOR(pg_catalog.=) caller_tenant
+             WHERE x.tenant OPERATOR(pg_catalog.=) r.tenant
                AND x.scope OPERATOR(pg_catalog.=) idempotency_begin.scope COLLATE "C"
                AND x.key OPERATOR(pg_catalog.=) idempotency_begin.key COLLATE "C";
             found_row := FOUND;
         END IF;
-        IF state IS NOT NULL THEN
-            NULL; -- held by the sweep
-        ELSIF NOT found_row THEN
-            state := 'absent';
-        ELSIF NOT idempotency.own(k) AND idempotency.expired(k, now) THEN
-            state := 'expired';
-        ELSIF k.request OPERATOR(pg_catalog.<>) digest THEN
-            state := CASE WHEN idempotency_begin.take_over_mismatch
-                               AND k.status OPERATOR(pg_catalog.=) 'p'::pg_catalog."char"
-                               AND k.lease_expires_at OPERATOR(pg_catalog.<=) now
-                          THEN 'dead_mismatch' ELSE 'mismatch' END;
-        ELSIF k.status OPERATOR(pg_catalog.=) 'c'::pg_catalog."char" THEN
-            state := 'replay';
-        ELSIF k.lease_expires_at OPERATOR(pg_catalog.<=) now THEN
-            state := 'lease_ended';
-        ELSIF idempotency.own(k) THEN
-            state := 'own';
-        ELSE
-            state := 'leased';
+        IF state IS NULL THEN
+            IF NOT found_row THEN
+                k := NULL;
+            END IF;
+            state := idempotency.begin_state(k, digest, idempotency_begin.take_over_mismatch, now);
         END IF;
 
-        IF state OPERATOR(pg_catalog.=) 'replay' THEN
-            RETURN idempotency.begin_answer('replay', k, NULL);
-        ELSIF state OPERATOR(pg_catalog.=) 'mismatch' THEN
-            RETURN idempotency.begin_answer('mismatch', k, NULL);
-        ELSIF state OPERATOR(pg_catalog.=) 'own' THEN
-            RETURN idempotency.begin_answer('claimed', k, NULL);
-        ELSIF state OPERATOR(pg_catalog.=) ANY (ARRAY['absent', 'expired', 'lease_ended', 'dead_mismatch']) THEN
-            IF NOT locked THEN
-                locked := idempotency.try_lock_key(lock_hash);
-                IF NOT locked THEN
-                    state := 'held';
-                ELSIF state OPERATOR(pg_catalog.<>) 'absent' THEN
-                    state := NULL;
-                    CONTINUE; -- read it again under the lock, and lock the row
-                END IF;
+        IF state OPERATOR(pg_catalog.=) ANY (ARRAY['replay', 'mismatch', 'own']) THEN
+            RETURN idempotency.read_answer(state, k);
+        ELSIF state OPERATOR(pg_catalog.=) ANY (ARRAY['absent', 'expired', 'lease_ended', 'dead_mismatch'])
+              AND NOT locked THEN
+            locked := idempotency.try_lock_key(lock_hash);
+            IF locked THEN
+                CONTINUE; -- read it again under the lock, and lock the row
             END IF;
+            state := 'held';
         END IF;
         IF state OPERATOR(pg_catalog.=) 'absent' THEN
             -- Rules A and K: the key's lock is ours, so only a row committed
@@ -1060,17 +1287,14 @@ BEGIN
             INSERT INTO idempotency.keys AS x (tenant, scope, key, request, created_at, ttl, attempt, writer,
                                                status, expires_at, lease, lease_expires_at, unsettled_since,
                                                claim_data)
-            VALUES (caller_tenant, idempotency_begin.scope, idempotency_begin.key, digest, now, claim_ttl, 1,
+            VALUES (r.tenant, idempotency_begin.scope, idempotency_begin.key, digest, now, claim_ttl, 1,
                     pg_catalog.pg_current_xact_id(), 'p', now OPERATOR(pg_catalog.+) claim_ttl, claim_lease,
-                    now OPERATOR(pg_catalog.+) claim_lease,
-                    CASE WHEN idempotency_begin.lease IS NULL THEN pg_catalog.statement_timestamp() END,
-                    idempotency_begin.claim_data)
+                    now OPERATOR(pg_catalog.+) claim_lease, claim_unsettled, idempotency_begin.claim_data)
             ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
             RETURNING * INTO k;
             IF FOUND THEN
                 RETURN idempotency.begin_answer('claimed', k, NULL);
             END IF;
-            state := NULL;
             CONTINUE;
         ELSIF state OPERATOR(pg_catalog.=) ANY (ARRAY['expired', 'lease_ended', 'dead_mismatch']) THEN
             -- Rules K and T: decided under the key's lock, on the locked row.
@@ -1095,8 +1319,8 @@ BEGIN
                 lease_expires_at = now OPERATOR(pg_catalog.+) claim_lease,
                 claim_data = idempotency_begin.claim_data,
                 writer = pg_catalog.pg_current_xact_id(),
-                unsettled_since = CASE WHEN idempotency_begin.lease IS NULL THEN pg_catalog.statement_timestamp() END
-             WHERE x.tenant OPERATOR(pg_catalog.=) caller_tenant
+                unsettled_since = claim_unsettled
+             WHERE x.tenant OPERATOR(pg_catalog.=) r.tenant
                AND x.scope OPERATOR(pg_catalog.=) idempotency_begin.scope COLLATE "C"
                AND x.key OPERATOR(pg_catalog.=) idempotency_begin.key COLLATE "C"
             RETURNING * INTO k;
@@ -1125,7 +1349,7 @@ BEGIN
                                     OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8::pg_catalog.text, true);
                 IF locked THEN
                     PERFORM FROM idempotency.keys AS x
-                     WHERE x.tenant OPERATOR(pg_catalog.=) caller_tenant
+                     WHERE x.tenant OPERATOR(pg_catalog.=) r.tenant
                        AND x.scope OPERATOR(pg_catalog.=) idempotency_begin.scope COLLATE "C"
                        AND x.key OPERATOR(pg_catalog.=) idempotency_begin.key COLLATE "C"
                        FOR NO KEY UPDATE;
@@ -1142,7 +1366,6 @@ BEGIN
             PERFORM pg_catalog.pg_sleep(LEAST(poll, pg_catalog.extract('epoch', deadline OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())::pg_catalog.float8));
             poll := LEAST(poll OPERATOR(pg_catalog.*) 2, 0.05);
         END IF;
-        state := NULL;
     END LOOP;
 END
 $$;
@@ -1267,7 +1490,7 @@ CREATE FUNCTION @extschema@.idempotency_complete(
     AS $$
 #variable_conflict use_column
 DECLARE
-    caller idempotency.keys;
+    r record;
     caller_tenant pg_catalog.regrole;
     size_limit pg_catalog.int4;
     body_size pg_catalog.int8;
@@ -1279,8 +1502,22 @@ DECLARE
     k idempotency.keys;
     now pg_catalog.timestamptz;
 BEGIN
-    SELECT c.tenant, c.max_response_bytes INTO caller_tenant, size_limit
-      FROM idempotency.checked_key(idempotency_complete.scope, idempotency_complete.key) AS c;
+    -- The caller's context and the key's row in one query, whose only
+    -- parameters are the key's; the key's checks are checked_key's.
+    SELECT x.tenant, x.max_key_length, x.max_response_bytes, k AS stored
+      INTO r
+      FROM idempotency.call_context() AS x
+      LEFT JOIN idempotency.keys AS k
+        ON k.tenant OPERATOR(pg_catalog.=) x.tenant
+       AND k.scope OPERATOR(pg_catalog.=) idempotency_complete.scope COLLATE "C"
+       AND k.key OPERATOR(pg_catalog.=) idempotency_complete.key COLLATE "C";
+    IF idempotency_complete.scope IS NULL OR idempotency_complete.key IS NULL
+       OR idempotency.key_problem_code(idempotency_complete.scope, idempotency_complete.key, r.max_key_length)
+          OPERATOR(pg_catalog.<>) 0 THEN
+        PERFORM idempotency.checked_key(idempotency_complete.scope, idempotency_complete.key);
+    END IF;
+    caller_tenant := r.tenant;
+    size_limit := r.max_response_bytes;
     IF idempotency_complete.response_status IS NULL THEN
         PERFORM idempotency.refuse_null('response_status');
     END IF;
@@ -1296,18 +1533,26 @@ BEGIN
     END IF;
     -- What of the response is kept: the body and headers as PostgreSQL
     -- holds them, the bytes with their 4-byte header, within the limit.
-    body_size := COALESCE(idempotency.jsonb_size(idempotency_complete.response_body), 0)
-                 OPERATOR(pg_catalog.+) COALESCE(pg_catalog.octet_length(idempotency_complete.response_body_bytes)
-                                                 OPERATOR(pg_catalog.+) 4, 0);
-    header_size := COALESCE(idempotency.jsonb_size(idempotency_complete.response_headers), 0);
+    body_size := 0;
+    IF idempotency_complete.response_body IS NOT NULL THEN
+        body_size := idempotency.jsonb_size(idempotency_complete.response_body);
+    ELSIF idempotency_complete.response_body_bytes IS NOT NULL THEN
+        body_size := pg_catalog.octet_length(idempotency_complete.response_body_bytes) OPERATOR(pg_catalog.+) 4;
+    END IF;
+    header_size := 0;
+    IF idempotency_complete.response_headers IS NOT NULL THEN
+        header_size := idempotency.jsonb_size(idempotency_complete.response_headers);
+    END IF;
     body_kept := body_size OPERATOR(pg_catalog.+) header_size OPERATOR(pg_catalog.<=) size_limit;
     headers_kept := header_size OPERATOR(pg_catalog.<=) size_limit;
     IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
         PERFORM idempotency.refuse_read_only('idempotency_complete');
     END IF;
-    store_response := idempotency_complete.response_status OPERATOR(pg_catalog.<) 500
-                      OR COALESCE(pg_catalog.current_setting('idempotency.store_server_errors', true), '')
-                         OPERATOR(pg_catalog.=) ANY (ARRAY['on', 'true', 'yes', '1']);
+    store_response := idempotency_complete.response_status OPERATOR(pg_catalog.<) 500;
+    IF NOT store_response THEN
+        store_response := COALESCE(pg_catalog.current_setting('idempotency.store_server_errors', true), '')
+                          OPERATOR(pg_catalog.=) ANY (ARRAY['on', 'true', 'yes', '1']);
+    END IF;
     IF store_response AND NOT body_kept AND NOT COALESCE(idempotency_complete.omit_oversized, true) THEN
         RAISE EXCEPTION 'response of idempotency key "%" is too large (% bytes)',
                         idempotency.key_for_message(idempotency_complete.key), body_size OPERATOR(pg_catalog.+) header_size
@@ -1320,13 +1565,21 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'Server errors are not stored while idempotency.store_server_errors is off.';
     END IF;
-    k := idempotency.held_claim(caller_tenant, idempotency_complete.scope, idempotency_complete.key,
-                                idempotency_complete.attempt, replacing);
+    -- Rule H: the caller's own claim as read (its transaction holds the
+    -- key's lock), else the key's current record under the lock.
+    IF idempotency.own(r.stored) AND idempotency_complete.attempt IS NULL
+       AND (r.stored).status OPERATOR(pg_catalog.=) 'p'::pg_catalog."char" THEN
+        k := r.stored;
+    ELSE
+        k := idempotency.held_claim(caller_tenant, idempotency_complete.scope, idempotency_complete.key,
+                                    idempotency_complete.attempt, replacing);
+    END IF;
     now := pg_catalog.clock_timestamp();
     IF NOT store_response THEN
         -- A server error is transient: the claim's lease ends, so that a
         -- retry runs again.
-        UPDATE idempotency.keys AS x SET lease_expires_at = now, unsettled_since = NULL
+        UPDATE idempotency.keys AS x SET lease_expires_at = now, unsettled_since = NULL,
+                                          writer = pg_catalog.pg_current_xact_id()
          WHERE x.tenant OPERATOR(pg_catalog.=) caller_tenant
            AND x.scope OPERATOR(pg_catalog.=) idempotency_complete.scope COLLATE "C"
            AND x.key OPERATOR(pg_catalog.=) idempotency_complete.key COLLATE "C";
@@ -1529,7 +1782,7 @@ COMMENT ON TRIGGER keys_unsettled_claim ON idempotency.keys IS
 -- another transaction holds: in_progress, not committed, nothing else.
 CREATE FUNCTION idempotency.lookup_answer(k idempotency.keys, committed boolean)
     RETURNS @extschema@.idempotency_lookup_result
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    LANGUAGE sql STABLE PARALLEL SAFE
     RETURN ROW(CASE WHEN k.status OPERATOR(pg_catalog.=) 'c'::pg_catalog."char" THEN 'completed' ELSE 'in_progress' END,
                pg_catalog.encode(k.request, 'hex'), k.attempt, k.response_status, k.response_body,
                k.response_headers, k.recovery_point, k.created_at, k.lease_expires_at, k.completed_at,
@@ -1622,15 +1875,25 @@ COMMENT ON FUNCTION @extschema@.idempotency_keys(text, text, integer) IS
 REVOKE ALL ON FUNCTION @extschema@.idempotency_keys(text, text, integer) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.idempotency_key_problem(scope text, key text) RETURNS text
-    LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN CASE WHEN scope IS NULL THEN 'scope is null'
-                WHEN key IS NULL THEN 'key is null'
-                WHEN idempotency.key_problem_code(scope, key, idempotency.max_key_length()) OPERATOR(pg_catalog.=) 1
-                THEN 'key is empty'
-                WHEN idempotency.key_problem_code(scope, key, idempotency.max_key_length()) OPERATOR(pg_catalog.=) 2
-                THEN pg_catalog.format('scope is longer than %s bytes', idempotency.max_key_length())
-                WHEN idempotency.key_problem_code(scope, key, idempotency.max_key_length()) OPERATOR(pg_catalog.=) 3
-                THEN pg_catalog.format('key is longer than %s bytes', idempotency.max_key_length()) END;
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    AS $$
+DECLARE
+    key_limit pg_catalog.int4;
+    problem pg_catalog.int4;
+BEGIN
+    IF scope IS NULL THEN
+        RETURN 'scope is null';
+    ELSIF key IS NULL THEN
+        RETURN 'key is null';
+    END IF;
+    key_limit := LEAST(idempotency.owner_max_key_length(),
+                       COALESCE(pg_catalog.current_setting('idempotency.max_key_length', true)::pg_catalog.int4, 1024));
+    problem := idempotency.key_problem_code(scope, key, key_limit);
+    RETURN CASE WHEN problem OPERATOR(pg_catalog.=) 1 THEN 'key is empty'
+                WHEN problem OPERATOR(pg_catalog.=) 2 THEN pg_catalog.format('scope is longer than %s bytes', key_limit)
+                WHEN problem OPERATOR(pg_catalog.=) 3 THEN pg_catalog.format('key is longer than %s bytes', key_limit) END;
+END
+$$;
 COMMENT ON FUNCTION @extschema@.idempotency_key_problem(text, text) IS
     'what makes a scope and key unacceptable to the other functions (empty, too long, null), or NULL: a 400 without an error';
 
@@ -1668,8 +1931,10 @@ BEGIN
          WHERE x.ctid OPERATOR(pg_catalog.=) doomed.ctid
         RETURNING 1)
     SELECT pg_catalog.count(*) INTO deleted FROM gone;
-    DELETE FROM idempotency.tenants AS t
-     WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) t.tenant);
+    IF idempotency.any_tenants() THEN
+        DELETE FROM idempotency.tenants AS t
+         WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) t.tenant);
+    END IF;
     RETURN deleted;
 END
 $$;
@@ -1889,7 +2154,7 @@ BEGIN
            AND p.proname OPERATOR(pg_catalog.<>) ALL (ARRAY[
                'reject_request_hash_text', 'text_bytes', 'framed', 'jsonb_items', 'jsonb_encoding',
                'digest_text', 'parts_encoding', 'is_json_media_type', 'json_nests_deeper', 'body_digest',
-               'key_problem_code', 'max_key_length', 'api_schema', 'expiry_job_name'])
+               'key_problem_code', 'owner_max_key_length', 'api_schema', 'expiry_job_name'])
     LOOP
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', helper);
     END LOOP;

@@ -145,6 +145,12 @@ ROLLBACK;
 RESET ROLE;
 UPDATE idempotency.settings SET max_key_length = 2048;
 DELETE FROM idempotency.settings;
+-- Without the row, the defaults again, in the same session.
+SET ROLE regress_edition_app;
+BEGIN;
+SELECT outcome FROM idempotency_begin('app', '123456789', request_hash('r'::text));
+ROLLBACK;
+RESET ROLE;
 
 --
 -- The fingerprint rules of 0.5.0, against digests computed outside
