@@ -34,8 +34,7 @@ my $node = new_node('installs', conf => ['idempotency.worker_enabled = off']);
 my $forms = PostgreSQL::Test::Utils::tempdir;
 system('perl', 'edition/generate', $forms) == 0 or BAIL_OUT('edition/generate failed');
 my $later_source = PostgreSQL::Test::Utils::tempdir;
-copy($_, $later_source) or BAIL_OUT("copy $_: $!") for glob('edition/idempotency_sql*');
-copy('edition/generate', $later_source) or BAIL_OUT("copy edition/generate: $!");
+copy($_, $later_source) or BAIL_OUT("copy $_: $!") for grep { -f } glob('edition/*');
 {
 	open my $update, '>', "$later_source/idempotency_sql--0.5.0--0.5.1.sql" or BAIL_OUT($!);
 	print $update <<'EOF';
