@@ -23,11 +23,6 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $pkglibdir = `pg_config --pkglibdir`;
-chomp $pkglibdir;
-my $sharedir = `pg_config --sharedir`;
-chomp $sharedir;
-my $pg_tle = -e "$pkglibdir/pg_tle.so" && -e "$sharedir/extension/pg_tle.control";
 my $node = new_node('installs', conf => ['idempotency.worker_enabled = off']);
 
 # The forms, from the one source; and a made-up later version of it.
@@ -231,26 +226,10 @@ is($node->safe_psql('plain',
 # ---------------------------------------------------------------------------
 SKIP:
 {
-	skip 'pg_tle is not installed in this PostgreSQL (build it by hand to run this part)', 24 unless $pg_tle;
-	# pg_tle refuses a name that the extension directory has: this part runs
-	# on a copy of the installation without the edition's files there, as on
-	# a managed server.
-	my $copy = PostgreSQL::Test::Utils::tempdir;
-	my $bindir = `pg_config --bindir`;
-	chomp $bindir;
-	my $prefix = $bindir =~ s{/bin$}{}r;
-	for my $dir ($prefix, $sharedir)
-	{
-		system('mkdir', '-p', $copy . ($dir =~ s{/[^/]+$}{}r)) == 0 or BAIL_OUT('mkdir');
-		system('cp', '-a', $dir, $copy . ($dir =~ s{/[^/]+$}{}r)) == 0 or BAIL_OUT("cp $dir");
-	}
-	unlink glob("$copy$sharedir/extension/idempotency_sql*");
+	my $tle_node = new_pg_tle_node('tle', conf => ['idempotency.worker_enabled = off']);
+	skip 'pg_tle is not installed in this PostgreSQL (build it by hand to run this part)', 24 unless $tle_node;
 	$node->stop;
-	$node = PostgreSQL::Test::Cluster->new('tle', install_path => "$copy$prefix");
-	$node->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
-	$node->append_conf('postgresql.conf', "shared_preload_libraries = 'idempotency, pg_tle'");
-	$node->append_conf('postgresql.conf', 'idempotency.worker_enabled = off');
-	$node->start;
+	$node = $tle_node;
 	$superuser = $node->safe_psql('postgres', 'SELECT current_user');
 	$node->safe_psql('postgres', q{
 		CREATE ROLE app LOGIN;

@@ -1,7 +1,8 @@
 # The move from the SQL edition to the C++ extension on the same database
 # (doc/sql-edition.md, "Moving to the extension";
 # idempotency_sql.move-to-extension.sql, which edition/generate writes), from
-# the extension-directory install and from the plain one: every key moves
+# the extension-directory install, the plain one and pg_tle's (skipped,
+# saying so, where pg_tle is not installed): every key moves
 # with its record and answers -- a stored response (jsonb, bytes, omitted),
 # a claim whose lease runs (attempt, recovery point, claim data), one whose
 # lease ended, an expired one, a tenant's -- and so do the tenants and the
@@ -65,17 +66,37 @@ my $replays = q{
 	       idempotency_begin('shop', k.key, request_hash('GET ' || k.key), lease => '1 minute') AS b
 	 ORDER BY k.key};
 
-for my $form ('directory', 'plain')
+for my $form ('directory', 'plain', 'pg_tle')
 {
+  SKIP:
+  {
 	my $db = "move_$form";
+	if ($form eq 'pg_tle')
+	{
+		my $tle_node = new_pg_tle_node('move_tle', conf => ['idempotency.worker_enabled = off']);
+		skip 'pg_tle is not installed in this PostgreSQL (build it by hand to run this part)', 12
+		  unless $tle_node;
+		$node->stop;
+		$node = $tle_node;
+		$node->safe_psql('postgres', q{
+			CREATE ROLE app LOGIN;
+			CREATE ROLE tenant_a LOGIN IN ROLE app;
+		});
+	}
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
 	if ($form eq 'directory')
 	{
 		$node->safe_psql($db, 'CREATE EXTENSION idempotency_sql');
 	}
-	else
+	elsif ($form eq 'plain')
 	{
 		ok((run_file($db, "$forms/idempotency_sql.plain.sql", '-v', 'schema=public'))[0], "$form: installed");
+	}
+	else
+	{
+		$node->safe_psql($db, 'CREATE EXTENSION pg_tle');
+		ok((run_file($db, "$forms/idempotency_sql.pgtle.sql"))[0], "$form: registered");
+		$node->safe_psql($db, 'CREATE EXTENSION idempotency_sql');
 	}
 	$node->safe_psql($db, q{
 		GRANT EXECUTE ON FUNCTION idempotency_begin, idempotency_complete, idempotency_checkpoint,
@@ -153,6 +174,7 @@ for my $form ('directory', 'plain')
 		'0', "$form: and for no one else");
 	$node->safe_psql('postgres', "DROP DATABASE $db");
 	$node->safe_psql('postgres', 'ALTER ROLE tenant_a RESET ALL');
+  }
 }
 
 done_testing();
