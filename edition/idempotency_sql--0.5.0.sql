@@ -641,6 +641,22 @@ CREATE TYPE @extschema@.idempotency_begin_result AS (
     status text, lease_expires_at timestamptz, claim_data jsonb,
     retry_after_seconds integer);
 COMMENT ON TYPE @extschema@.idempotency_begin_result IS 'result row of idempotency_begin';
+-- The same row, for the PL/pgSQL bodies that build one (a body cannot name
+-- the API schema: see the header).
+CREATE TYPE idempotency.begin_row AS (
+    outcome @extschema@.idempotency_outcome, attempt integer,
+    response_status integer, response_body jsonb, response_headers jsonb,
+    recovery_point text, retry_after interval,
+    created_at timestamptz, expires_at timestamptz,
+    response_body_bytes bytea, response_body_omitted boolean,
+    status text, lease_expires_at timestamptz, claim_data jsonb,
+    retry_after_seconds integer);
+COMMENT ON TYPE idempotency.begin_row IS 'idempotency_begin''s result row, as its PL/pgSQL body builds it';
+-- The outcomes, as constants a body can name (the planner folds them).
+CREATE FUNCTION idempotency.outcome(name text) RETURNS @extschema@.idempotency_outcome
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN name::@extschema@.idempotency_outcome;
+COMMENT ON FUNCTION idempotency.outcome(text) IS 'an idempotency_outcome by its name';
 
 CREATE TYPE @extschema@.idempotency_lookup_result AS (
     status text, request @extschema@.request_hash, attempt integer,
@@ -682,7 +698,7 @@ COMMENT ON FUNCTION idempotency.duration_setting(text, interval) IS 'a duration 
 -- not a size).
 CREATE FUNCTION idempotency.size_setting(name text) RETURNS bigint
     LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN CASE WHEN pg_catalog.current_setting(name, true) OPERATOR(pg_catalog.~) '^\s*[0-9]+\s*(B|kB|MB|GB|TB)?\s*$'
+    RETURN CASE WHEN pg_catalog.current_setting(name, true) OPERATOR(pg_catalog.~) '^\s*[0-9]{1,12}\s*(B|kB|MB|GB|TB)?\s*$'
                 THEN (pg_catalog.substring(pg_catalog.current_setting(name, true), '[0-9]+')::pg_catalog.numeric
                       OPERATOR(pg_catalog.*)
                       CASE WHEN pg_catalog.current_setting(name, true) OPERATOR(pg_catalog.~) 'kB' THEN 1024
@@ -691,6 +707,42 @@ CREATE FUNCTION idempotency.size_setting(name text) RETURNS bigint
                            WHEN pg_catalog.current_setting(name, true) OPERATOR(pg_catalog.~) 'TB' THEN 1099511627776
                            ELSE 1 END)::pg_catalog.int8 END;
 COMMENT ON FUNCTION idempotency.size_setting(text) IS 'a size setting of the session in bytes, NULL when not set';
+
+-- 22023 for a session's setting of one of the extension's names that is not
+-- a value of it (the extension's SET would have refused it).
+CREATE FUNCTION idempotency.refuse_setting(name text, hint text) RETURNS bigint
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'invalid value for parameter "%": "%"', name, pg_catalog.current_setting(name, true)
+        USING ERRCODE = 'invalid_parameter_value', HINT = hint;
+END
+$$;
+COMMENT ON FUNCTION idempotency.refuse_setting(text, text) IS 'raises 22023 for a session''s setting that is not a value of its name';
+
+-- The session's own limits, which may only lower the owner's: NULL when not
+-- set (a setting set and then reset reads as empty), 22023 when not a value.
+CREATE FUNCTION idempotency.session_max_key_length() RETURNS bigint
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN CASE WHEN COALESCE(pg_catalog.current_setting('idempotency.max_key_length', true), '') OPERATOR(pg_catalog.=) ''
+                THEN NULL
+                WHEN pg_catalog.current_setting('idempotency.max_key_length', true) OPERATOR(pg_catalog.~) '^\s*[0-9]{1,4}\s*$'
+                     AND pg_catalog.current_setting('idempotency.max_key_length', true)::pg_catalog.int4
+                         OPERATOR(pg_catalog.>=) 1
+                     AND pg_catalog.current_setting('idempotency.max_key_length', true)::pg_catalog.int4
+                         OPERATOR(pg_catalog.<=) 1024
+                THEN pg_catalog.current_setting('idempotency.max_key_length', true)::pg_catalog.int4
+                ELSE idempotency.refuse_setting('idempotency.max_key_length',
+                                                'idempotency.max_key_length is a number of bytes between 1 and 1024.') END;
+COMMENT ON FUNCTION idempotency.session_max_key_length() IS 'the session''s idempotency.max_key_length, NULL when not set';
+CREATE FUNCTION idempotency.session_max_response_bytes() RETURNS bigint
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN CASE WHEN COALESCE(pg_catalog.current_setting('idempotency.max_response_bytes', true), '') OPERATOR(pg_catalog.=) ''
+                THEN NULL
+                ELSE COALESCE(idempotency.size_setting('idempotency.max_response_bytes'),
+                              idempotency.refuse_setting('idempotency.max_response_bytes',
+                                                         'idempotency.max_response_bytes is a size in bytes, such as 1MB or 65536.')) END;
+COMMENT ON FUNCTION idempotency.session_max_response_bytes() IS 'the session''s idempotency.max_response_bytes, NULL when not set';
 
 -- What every call needs to know about its caller: its tenant (the role, if
 -- isolated, else 0) and the limits (the owner's, or a session's lower ones).
@@ -708,12 +760,9 @@ SELECT CASE WHEN idempotency.any_tenants()
                             WHERE t.tenant OPERATOR(pg_catalog.=) idempotency.caller_role()),
                           0::pg_catalog.regrole)
             ELSE 0::pg_catalog.regrole END,
-       LEAST(idempotency.owner_max_key_length(),
-             COALESCE(pg_catalog.current_setting('idempotency.max_key_length', true)::pg_catalog.int4, 1024)),
-       CASE WHEN pg_catalog.current_setting('idempotency.max_response_bytes', true) IS NULL
-            THEN idempotency.owner_max_response_bytes()
-            ELSE LEAST(idempotency.owner_max_response_bytes(),
-                       COALESCE(idempotency.size_setting('idempotency.max_response_bytes'), 1048576))::pg_catalog.int4 END
+       LEAST(idempotency.owner_max_key_length(), COALESCE(idempotency.session_max_key_length(), 1024))::pg_catalog.int4,
+       LEAST(idempotency.owner_max_response_bytes(),
+             COALESCE(idempotency.session_max_response_bytes(), 2147483647))::pg_catalog.int4
 $$;
 COMMENT ON FUNCTION idempotency.call_context() IS 'the calling role''s tenant and the limits that apply to its call';
 
@@ -1000,6 +1049,17 @@ CREATE FUNCTION idempotency.span_ok(span interval, now timestamptz) RETURNS bool
                   OPERATOR(pg_catalog.<=) (now OPERATOR(pg_catalog.+) '315360000 seconds'::pg_catalog.interval);
 COMMENT ON FUNCTION idempotency.span_ok(interval, timestamptz) IS 'whether checked_span accepts a ttl or lease (NULL: not given)';
 
+-- A ttl or lease that is a time alone (no days or months) and that
+-- checked_span accepts: a sufficient test, cheaper than span_ok.
+CREATE FUNCTION idempotency.time_span_ok(span interval) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN pg_catalog.date_part('month', span) OPERATOR(pg_catalog.=) 0
+           AND pg_catalog.date_part('year', span) OPERATOR(pg_catalog.=) 0
+           AND pg_catalog.date_part('day', span) OPERATOR(pg_catalog.=) 0
+           AND span OPERATOR(pg_catalog.>) '0'::pg_catalog.interval
+           AND span OPERATOR(pg_catalog.<=) '315360000 seconds'::pg_catalog.interval;
+COMMENT ON FUNCTION idempotency.time_span_ok(interval) IS 'whether a ttl or lease is a time alone that checked_span accepts (sufficient, not necessary)';
+
 -- A default of ttl, lease or wait (default_duration's), as an inlined
 -- expression: NULL when the session's setting is out of range, which
 -- default_duration then reports.
@@ -1112,17 +1172,18 @@ CREATE FUNCTION idempotency.read_answer(state text, k idempotency.keys)
 COMMENT ON FUNCTION idempotency.read_answer(text, idempotency.keys) IS
     'idempotency_begin''s answer when a read gives it: replay, mismatch, or the caller''s own claim';
 
--- The common course takes two statements: one read gives the caller's
--- context, every argument check, the key's row and state, and the answer
--- when a read gives it (a replay, a mismatch, the caller's own claim); a new
--- key is then claimed by one more, which takes the key's lock and inserts
--- the row.  The rest -- takeovers, in_progress, waiting -- loops.
-CREATE FUNCTION @extschema@.idempotency_begin(
-    scope text, key text, request @extschema@.request_hash,
-    ttl interval DEFAULT NULL, lease interval DEFAULT NULL, wait interval DEFAULT NULL,
-    claim_data jsonb DEFAULT NULL, take_over_mismatch boolean DEFAULT false)
+-- Every course of idempotency_begin, in the order of src/claims.hpp's
+-- rules: one read gives the caller's context, every argument check, the
+-- key's row and state, and the answer when a read gives it (a replay, a
+-- mismatch, the caller's own claim); a new key is then claimed by one more
+-- statement, which takes the key's lock and inserts the row.  The rest --
+-- takeovers, in_progress, waiting -- loops.  idempotency_begin (below) runs
+-- the two commonest courses itself and calls this for everything else.
+CREATE FUNCTION idempotency.begin_general(
+    scope text, key text, request @extschema@.request_hash, ttl interval, lease interval, wait interval,
+    claim_data jsonb, take_over_mismatch boolean)
     RETURNS @extschema@.idempotency_begin_result
-    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1156,50 +1217,50 @@ BEGIN
       FROM idempotency.call_context() AS x
       LEFT JOIN idempotency.keys AS k
         ON k.tenant OPERATOR(pg_catalog.=) x.tenant
-       AND k.scope OPERATOR(pg_catalog.=) idempotency_begin.scope COLLATE "C"
-       AND k.key OPERATOR(pg_catalog.=) idempotency_begin.key COLLATE "C";
+       AND k.scope OPERATOR(pg_catalog.=) begin_general.scope COLLATE "C"
+       AND k.key OPERATOR(pg_catalog.=) begin_general.key COLLATE "C";
     now := pg_catalog.clock_timestamp();
     -- The argument checks, cheapest first: each expression is set up once per
     -- transaction, so those of arguments not given are never built.
-    IF idempotency_begin.scope IS NULL OR idempotency_begin.key IS NULL
-       OR idempotency.key_problem_code(idempotency_begin.scope, idempotency_begin.key, r.max_key_length)
+    IF begin_general.scope IS NULL OR begin_general.key IS NULL
+       OR idempotency.key_problem_code(begin_general.scope, begin_general.key, r.max_key_length)
           OPERATOR(pg_catalog.<>) 0
-       OR idempotency_begin.request IS NULL
-       OR idempotency_begin.claim_data IS NOT NULL
-       OR idempotency_begin.ttl IS NOT NULL OR idempotency_begin.wait IS NOT NULL
+       OR begin_general.request IS NULL
+       OR begin_general.claim_data IS NOT NULL
+       OR begin_general.ttl IS NOT NULL OR begin_general.wait IS NOT NULL
        OR pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
-        problem := idempotency.begin_problem(idempotency_begin.scope, idempotency_begin.key, idempotency_begin.request,
-                                             idempotency_begin.ttl, idempotency_begin.lease, idempotency_begin.wait,
-                                             idempotency_begin.claim_data, r.max_key_length, r.max_response_bytes,
+        problem := idempotency.begin_problem(begin_general.scope, begin_general.key, begin_general.request,
+                                             begin_general.ttl, begin_general.lease, begin_general.wait,
+                                             begin_general.claim_data, r.max_key_length, r.max_response_bytes,
                                              now);
-    ELSIF idempotency_begin.lease IS NOT NULL THEN
-        IF NOT idempotency.span_ok(idempotency_begin.lease, now) THEN
+    ELSIF begin_general.lease IS NOT NULL THEN
+        IF NOT idempotency.span_ok(begin_general.lease, now) THEN
             problem := 'lease';
         END IF;
     END IF;
     IF problem IS NOT NULL THEN
-        PERFORM idempotency.refuse_begin(problem, idempotency_begin.scope, idempotency_begin.key,
-                                         idempotency_begin.ttl, idempotency_begin.lease, idempotency_begin.wait,
-                                         idempotency_begin.claim_data, r.max_key_length, r.max_response_bytes);
+        PERFORM idempotency.refuse_begin(problem, begin_general.scope, begin_general.key,
+                                         begin_general.ttl, begin_general.lease, begin_general.wait,
+                                         begin_general.claim_data, r.max_key_length, r.max_response_bytes);
     END IF;
-    digest := pg_catalog.decode(idempotency_begin.request, 'hex');
-    state := idempotency.begin_state(r.stored, digest, idempotency_begin.take_over_mismatch, now);
+    digest := pg_catalog.decode(begin_general.request, 'hex');
+    state := idempotency.begin_state(r.stored, digest, begin_general.take_over_mismatch, now);
     IF state OPERATOR(pg_catalog.=) ANY (ARRAY['replay', 'mismatch', 'own']) THEN
         RETURN idempotency.read_answer(state, r.stored);
     END IF;
     -- The claim's ttl and lease, and the wait: as given, else the defaults.
-    claim_ttl := COALESCE(idempotency_begin.ttl,
+    claim_ttl := COALESCE(begin_general.ttl,
                           idempotency.default_span('idempotency.default_ttl', '1 second', '86400 seconds',
                                                    '1 second', '3650 days'));
-    claim_lease := COALESCE(idempotency_begin.lease,
+    claim_lease := COALESCE(begin_general.lease,
                             idempotency.default_span('idempotency.default_lease', '1 millisecond', '60 seconds',
                                                      '1 millisecond', '2147483647 milliseconds'));
     IF claim_ttl IS NULL OR claim_lease IS NULL THEN
         PERFORM idempotency.refuse_begin(CASE WHEN claim_ttl IS NULL THEN 'default_ttl' ELSE 'default_lease' END,
                                          NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
     END IF;
-    lock_hash := idempotency.key_hash(r.tenant, idempotency_begin.scope, idempotency_begin.key);
-    claim_unsettled := CASE WHEN idempotency_begin.lease IS NULL THEN pg_catalog.statement_timestamp() END;
+    lock_hash := idempotency.key_hash(r.tenant, begin_general.scope, begin_general.key);
+    claim_unsettled := CASE WHEN begin_general.lease IS NULL THEN pg_catalog.statement_timestamp() END;
     IF state OPERATOR(pg_catalog.=) 'absent' THEN
         -- Rules A and K: under the key's lock (taken here, if free), so that
         -- only a row committed since the read can be there; then it is
@@ -1212,9 +1273,9 @@ BEGIN
             INSERT INTO idempotency.keys AS x (tenant, scope, key, request, created_at, ttl, attempt, writer,
                                                status, expires_at, lease, lease_expires_at, unsettled_since,
                                                claim_data)
-            SELECT r.tenant, idempotency_begin.scope, idempotency_begin.key, digest, now, claim_ttl, 1,
+            SELECT r.tenant, begin_general.scope, begin_general.key, digest, now, claim_ttl, 1,
                    claim_writer, 'p', claim_expires, claim_lease, claim_lease_expires, claim_unsettled,
-                   idempotency_begin.claim_data
+                   begin_general.claim_data
               FROM lock WHERE lock.taken
             ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
             RETURNING x)
@@ -1224,7 +1285,7 @@ BEGIN
         END IF;
         locked := claimed.taken;
     END IF;
-    wait_for := COALESCE(idempotency_begin.wait,
+    wait_for := COALESCE(begin_general.wait,
                          idempotency.default_span('idempotency.default_wait', '1 millisecond', '0', '0', '1 hour'));
     IF wait_for IS NULL THEN
         PERFORM idempotency.refuse_begin('default_wait', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
@@ -1244,15 +1305,15 @@ BEGIN
         IF locked THEN
             SELECT * INTO k FROM idempotency.keys AS x
              WHERE x.tenant OPERATOR(pg_catalog.=) r.tenant
-               AND x.scope OPERATOR(pg_catalog.=) idempotency_begin.scope COLLATE "C"
-               AND x.key OPERATOR(pg_catalog.=) idempotency_begin.key COLLATE "C"
+               AND x.scope OPERATOR(pg_catalog.=) begin_general.scope COLLATE "C"
+               AND x.key OPERATOR(pg_catalog.=) begin_general.key COLLATE "C"
                FOR NO KEY UPDATE SKIP LOCKED;
             found_row := FOUND;
             IF NOT found_row THEN
                 PERFORM FROM idempotency.keys AS x
                  WHERE x.tenant OPERATOR(pg_catalog.=) r.tenant
-                   AND x.scope OPERATOR(pg_catalog.=) idempotency_begin.scope COLLATE "C"
-                   AND x.key OPERATOR(pg_catalog.=) idempotency_begin.key COLLATE "C";
+                   AND x.scope OPERATOR(pg_catalog.=) begin_general.scope COLLATE "C"
+                   AND x.key OPERATOR(pg_catalog.=) begin_general.key COLLATE "C";
                 IF FOUND THEN
                     state := 'held'; -- by the sweep
                 END IF;
@@ -1260,15 +1321,15 @@ BEGIN
         ELSE
             SELECT * INTO k FROM idempotency.keys AS x
              WHERE x.tenant OPERATOR(pg_catalog.=) r.tenant
-               AND x.scope OPERATOR(pg_catalog.=) idempotency_begin.scope COLLATE "C"
-               AND x.key OPERATOR(pg_catalog.=) idempotency_begin.key COLLATE "C";
+               AND x.scope OPERATOR(pg_catalog.=) begin_general.scope COLLATE "C"
+               AND x.key OPERATOR(pg_catalog.=) begin_general.key COLLATE "C";
             found_row := FOUND;
         END IF;
         IF state IS NULL THEN
             IF NOT found_row THEN
                 k := NULL;
             END IF;
-            state := idempotency.begin_state(k, digest, idempotency_begin.take_over_mismatch, now);
+            state := idempotency.begin_state(k, digest, begin_general.take_over_mismatch, now);
         END IF;
 
         IF state OPERATOR(pg_catalog.=) ANY (ARRAY['replay', 'mismatch', 'own']) THEN
@@ -1287,9 +1348,9 @@ BEGIN
             INSERT INTO idempotency.keys AS x (tenant, scope, key, request, created_at, ttl, attempt, writer,
                                                status, expires_at, lease, lease_expires_at, unsettled_since,
                                                claim_data)
-            VALUES (r.tenant, idempotency_begin.scope, idempotency_begin.key, digest, now, claim_ttl, 1,
+            VALUES (r.tenant, begin_general.scope, begin_general.key, digest, now, claim_ttl, 1,
                     pg_catalog.pg_current_xact_id(), 'p', now OPERATOR(pg_catalog.+) claim_ttl, claim_lease,
-                    now OPERATOR(pg_catalog.+) claim_lease, claim_unsettled, idempotency_begin.claim_data)
+                    now OPERATOR(pg_catalog.+) claim_lease, claim_unsettled, begin_general.claim_data)
             ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
             RETURNING * INTO k;
             IF FOUND THEN
@@ -1317,12 +1378,12 @@ BEGIN
                 expires_at = now OPERATOR(pg_catalog.+) claim_ttl,
                 status = 'p',
                 lease_expires_at = now OPERATOR(pg_catalog.+) claim_lease,
-                claim_data = idempotency_begin.claim_data,
+                claim_data = begin_general.claim_data,
                 writer = pg_catalog.pg_current_xact_id(),
                 unsettled_since = claim_unsettled
              WHERE x.tenant OPERATOR(pg_catalog.=) r.tenant
-               AND x.scope OPERATOR(pg_catalog.=) idempotency_begin.scope COLLATE "C"
-               AND x.key OPERATOR(pg_catalog.=) idempotency_begin.key COLLATE "C"
+               AND x.scope OPERATOR(pg_catalog.=) begin_general.scope COLLATE "C"
+               AND x.key OPERATOR(pg_catalog.=) begin_general.key COLLATE "C"
             RETURNING * INTO k;
             RETURN idempotency.begin_answer('claimed', k, NULL);
         END IF;
@@ -1350,8 +1411,8 @@ BEGIN
                 IF locked THEN
                     PERFORM FROM idempotency.keys AS x
                      WHERE x.tenant OPERATOR(pg_catalog.=) r.tenant
-                       AND x.scope OPERATOR(pg_catalog.=) idempotency_begin.scope COLLATE "C"
-                       AND x.key OPERATOR(pg_catalog.=) idempotency_begin.key COLLATE "C"
+                       AND x.scope OPERATOR(pg_catalog.=) begin_general.scope COLLATE "C"
+                       AND x.key OPERATOR(pg_catalog.=) begin_general.key COLLATE "C"
                        FOR NO KEY UPDATE;
                 ELSE
                     PERFORM idempotency.await_key(lock_hash);
@@ -1367,6 +1428,136 @@ BEGIN
             poll := LEAST(poll OPERATOR(pg_catalog.*) 2, 0.05);
         END IF;
     END LOOP;
+END
+$$;
+COMMENT ON FUNCTION idempotency.begin_general(text, text, @extschema@.request_hash, interval, interval, interval, jsonb, boolean) IS
+    'idempotency_begin''s every course: the argument checks and their errors, takeovers, in_progress, waiting';
+REVOKE ALL ON FUNCTION idempotency.begin_general(text, text, @extschema@.request_hash, interval, interval, interval, jsonb, boolean) FROM PUBLIC;
+
+-- The tenant of the calling role when any role is isolated (caller_role's
+-- row of idempotency.tenants, else 0).
+CREATE FUNCTION idempotency.caller_tenant() RETURNS regrole
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    AS $$
+DECLARE
+    tenant pg_catalog.regrole;
+BEGIN
+    SELECT t.tenant INTO tenant FROM idempotency.tenants AS t
+     WHERE t.tenant OPERATOR(pg_catalog.=) idempotency.caller_role();
+    RETURN COALESCE(tenant, 0::pg_catalog.regrole);
+END
+$$;
+COMMENT ON FUNCTION idempotency.caller_tenant() IS 'the calling role''s tenant: itself when isolated, else 0';
+
+-- The two commonest courses run here, each in one statement after checks
+-- made in as few expressions as will do (PL/pgSQL sets each expression up
+-- once per transaction, and that is most of what a call costs): a replay
+-- (one read) and the claim of a new key (the same read, then one INSERT
+-- under the key's lock).  They need arguments that pass every check, no
+-- claim data, and the extension's default ttl and lease unless given;
+-- everything else -- and every argument that does not pass, so that the
+-- error is the general course's -- is begin_general's.  The owner's
+-- functions are named in the expressions themselves, so that a change of
+-- the owner's choices makes them be planned again.
+CREATE FUNCTION @extschema@.idempotency_begin(
+    scope text, key text, request @extschema@.request_hash,
+    ttl interval DEFAULT NULL, lease interval DEFAULT NULL, wait interval DEFAULT NULL,
+    claim_data jsonb DEFAULT NULL, take_over_mismatch boolean DEFAULT false)
+    RETURNS @extschema@.idempotency_begin_result
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+    AS $$
+#variable_conflict use_column
+DECLARE
+    answer idempotency.begin_row;
+    now pg_catalog.timestamptz;
+BEGIN
+    IF (idempotency_begin.claim_data IS NULL
+        AND pg_catalog.octet_length(idempotency_begin.key) OPERATOR(pg_catalog.>) 0
+        AND GREATEST(pg_catalog.octet_length(idempotency_begin.key), pg_catalog.octet_length(idempotency_begin.scope))
+            OPERATOR(pg_catalog.<=) idempotency.owner_max_key_length()
+        AND pg_catalog.current_setting('idempotency.max_key_length', true) IS NULL
+        AND pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'off') IS NOT TRUE THEN
+        RETURN idempotency.begin_general(idempotency_begin.scope, idempotency_begin.key, idempotency_begin.request,
+                                         idempotency_begin.ttl, idempotency_begin.lease, idempotency_begin.wait,
+                                         idempotency_begin.claim_data, idempotency_begin.take_over_mismatch);
+    END IF;
+    -- A ttl or lease given: most are times alone (no days, no months),
+    -- which a few comparisons check; span_ok checks the rest.
+    IF idempotency_begin.ttl IS NOT NULL THEN
+        IF idempotency.time_span_ok(idempotency_begin.ttl) IS NOT TRUE THEN
+            now := pg_catalog.clock_timestamp();
+            IF idempotency.span_ok(idempotency_begin.ttl, now) IS NOT TRUE THEN
+                RETURN idempotency.begin_general(idempotency_begin.scope, idempotency_begin.key, idempotency_begin.request,
+                                                     idempotency_begin.ttl, idempotency_begin.lease, idempotency_begin.wait,
+                                                     idempotency_begin.claim_data, idempotency_begin.take_over_mismatch);
+            END IF;
+        END IF;
+    END IF;
+    IF idempotency_begin.lease IS NOT NULL THEN
+        IF idempotency.time_span_ok(idempotency_begin.lease) IS NOT TRUE THEN
+            now := pg_catalog.clock_timestamp();
+            IF idempotency.span_ok(idempotency_begin.lease, now) IS NOT TRUE THEN
+                RETURN idempotency.begin_general(idempotency_begin.scope, idempotency_begin.key, idempotency_begin.request,
+                                                     idempotency_begin.ttl, idempotency_begin.lease, idempotency_begin.wait,
+                                                     idempotency_begin.claim_data, idempotency_begin.take_over_mismatch);
+            END IF;
+        END IF;
+    END IF;
+    IF idempotency_begin.wait IS NOT NULL THEN
+        IF idempotency_begin.wait OPERATOR(pg_catalog.<) '0'::pg_catalog.interval
+           OR idempotency_begin.wait OPERATOR(pg_catalog.>) '1 hour'::pg_catalog.interval THEN
+            RETURN idempotency.begin_general(idempotency_begin.scope, idempotency_begin.key, idempotency_begin.request,
+                                                     idempotency_begin.ttl, idempotency_begin.lease, idempotency_begin.wait,
+                                                     idempotency_begin.claim_data, idempotency_begin.take_over_mismatch);
+        END IF;
+    END IF;
+    -- The key's row: a replay is answered from it (completed for this
+    -- request and not expired: rule E).
+    SELECT CASE WHEN k.status OPERATOR(pg_catalog.=) 'c'::pg_catalog."char"
+                     AND k.request OPERATOR(pg_catalog.=) pg_catalog.decode(idempotency_begin.request, 'hex')
+                     AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+                THEN idempotency.outcome('replay') END,
+           k.attempt, k.response_status, k.response_body, k.response_headers, NULL, NULL,
+           k.created_at, k.expires_at, k.response_body_bytes, k.response_body_omitted, 'completed',
+           k.lease_expires_at, NULL, NULL
+      INTO answer
+      FROM idempotency.keys AS k
+     WHERE k.tenant OPERATOR(pg_catalog.=) CASE WHEN idempotency.any_tenants() THEN idempotency.caller_tenant() ELSE 0::pg_catalog.regrole END
+       AND k.scope OPERATOR(pg_catalog.=) idempotency_begin.scope COLLATE "C"
+       AND k.key OPERATOR(pg_catalog.=) idempotency_begin.key COLLATE "C";
+    IF FOUND THEN
+        IF answer.outcome IS NOT NULL THEN
+            RETURN answer;
+        END IF;
+    -- Rules A and K: no row, so the key is claimed under its lock, taken here
+    -- if it is free (a row committed since the read is left alone).
+    ELSIF idempotency_begin.request IS NOT NULL
+          AND pg_catalog.current_setting('idempotency.default_ttl', true) IS NULL
+          AND pg_catalog.current_setting('idempotency.default_lease', true) IS NULL
+          AND idempotency.try_lock_key(idempotency.key_hash(CASE WHEN idempotency.any_tenants() THEN idempotency.caller_tenant() ELSE 0::pg_catalog.regrole END, idempotency_begin.scope, idempotency_begin.key)) THEN
+        now := pg_catalog.clock_timestamp();
+        INSERT INTO idempotency.keys AS x (tenant, scope, key, request, created_at, ttl, attempt, writer,
+                                           status, expires_at, lease, lease_expires_at, unsettled_since)
+        VALUES (CASE WHEN idempotency.any_tenants() THEN idempotency.caller_tenant() ELSE 0::pg_catalog.regrole END, idempotency_begin.scope, idempotency_begin.key,
+                pg_catalog.decode(idempotency_begin.request, 'hex'), now,
+                COALESCE(idempotency_begin.ttl, '86400 seconds'::pg_catalog.interval), 1,
+                pg_catalog.pg_current_xact_id(), 'p',
+                now OPERATOR(pg_catalog.+) COALESCE(idempotency_begin.ttl, '86400 seconds'::pg_catalog.interval),
+                COALESCE(idempotency_begin.lease, '60 seconds'::pg_catalog.interval),
+                now OPERATOR(pg_catalog.+) COALESCE(idempotency_begin.lease, '60 seconds'::pg_catalog.interval),
+                CASE WHEN idempotency_begin.lease IS NULL THEN pg_catalog.statement_timestamp() END)
+        ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING;
+        IF FOUND THEN
+            RETURN ROW(idempotency.outcome('claimed'), 1, NULL, NULL, NULL, NULL, NULL, now,
+                       now OPERATOR(pg_catalog.+) COALESCE(idempotency_begin.ttl, '86400 seconds'::pg_catalog.interval),
+                       NULL, NULL, 'in_progress',
+                       now OPERATOR(pg_catalog.+) COALESCE(idempotency_begin.lease, '60 seconds'::pg_catalog.interval),
+                       NULL, NULL)::idempotency.begin_row;
+        END IF;
+    END IF;
+    RETURN idempotency.begin_general(idempotency_begin.scope, idempotency_begin.key, idempotency_begin.request,
+                                     idempotency_begin.ttl, idempotency_begin.lease, idempotency_begin.wait,
+                                     idempotency_begin.claim_data, idempotency_begin.take_over_mismatch);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.idempotency_begin(text, text, @extschema@.request_hash, interval, interval, interval, jsonb, boolean) IS
@@ -1480,13 +1671,14 @@ $$;
 COMMENT ON FUNCTION idempotency.checked_key(text, text) IS
     'checks the scope and key arguments of a call and returns the caller''s tenant and size limit';
 
-CREATE FUNCTION @extschema@.idempotency_complete(
-    scope text, key text, response_status integer,
-    response_body jsonb DEFAULT NULL, response_headers jsonb DEFAULT NULL, attempt integer DEFAULT NULL,
-    response_body_bytes bytea DEFAULT NULL, replace boolean DEFAULT false,
-    omit_oversized boolean DEFAULT true)
+-- Every course of idempotency_complete: its argument checks and errors,
+-- rule H's read under the key's lock, a server error's dropped claim, a
+-- replaced response, what of an oversized response is kept.
+CREATE FUNCTION idempotency.complete_general(
+    scope text, key text, response_status integer, response_body jsonb, response_headers jsonb, attempt integer,
+    response_body_bytes bytea, replace boolean, omit_oversized boolean)
     RETURNS boolean
-    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1498,7 +1690,7 @@ DECLARE
     store_response pg_catalog.bool;
     body_kept pg_catalog.bool;
     headers_kept pg_catalog.bool;
-    replacing pg_catalog.bool := COALESCE(idempotency_complete.replace, false);
+    replacing pg_catalog.bool := COALESCE(complete_general.replace, false);
     k idempotency.keys;
     now pg_catalog.timestamptz;
 BEGIN
@@ -1509,24 +1701,24 @@ BEGIN
       FROM idempotency.call_context() AS x
       LEFT JOIN idempotency.keys AS k
         ON k.tenant OPERATOR(pg_catalog.=) x.tenant
-       AND k.scope OPERATOR(pg_catalog.=) idempotency_complete.scope COLLATE "C"
-       AND k.key OPERATOR(pg_catalog.=) idempotency_complete.key COLLATE "C";
-    IF idempotency_complete.scope IS NULL OR idempotency_complete.key IS NULL
-       OR idempotency.key_problem_code(idempotency_complete.scope, idempotency_complete.key, r.max_key_length)
+       AND k.scope OPERATOR(pg_catalog.=) complete_general.scope COLLATE "C"
+       AND k.key OPERATOR(pg_catalog.=) complete_general.key COLLATE "C";
+    IF complete_general.scope IS NULL OR complete_general.key IS NULL
+       OR idempotency.key_problem_code(complete_general.scope, complete_general.key, r.max_key_length)
           OPERATOR(pg_catalog.<>) 0 THEN
-        PERFORM idempotency.checked_key(idempotency_complete.scope, idempotency_complete.key);
+        PERFORM idempotency.checked_key(complete_general.scope, complete_general.key);
     END IF;
     caller_tenant := r.tenant;
     size_limit := r.max_response_bytes;
-    IF idempotency_complete.response_status IS NULL THEN
+    IF complete_general.response_status IS NULL THEN
         PERFORM idempotency.refuse_null('response_status');
     END IF;
-    IF idempotency_complete.response_status OPERATOR(pg_catalog.<) 100
-       OR idempotency_complete.response_status OPERATOR(pg_catalog.>) 599 THEN
-        RAISE EXCEPTION 'invalid response_status %', idempotency_complete.response_status
+    IF complete_general.response_status OPERATOR(pg_catalog.<) 100
+       OR complete_general.response_status OPERATOR(pg_catalog.>) 599 THEN
+        RAISE EXCEPTION 'invalid response_status %', complete_general.response_status
             USING ERRCODE = 'invalid_parameter_value', DETAIL = 'An HTTP status code is between 100 and 599.';
     END IF;
-    IF idempotency_complete.response_body IS NOT NULL AND idempotency_complete.response_body_bytes IS NOT NULL THEN
+    IF complete_general.response_body IS NOT NULL AND complete_general.response_body_bytes IS NOT NULL THEN
         RAISE EXCEPTION 'response_body and response_body_bytes cannot both be given'
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Pass a JSON body as response_body, any other body as response_body_bytes.';
@@ -1534,45 +1726,45 @@ BEGIN
     -- What of the response is kept: the body and headers as PostgreSQL
     -- holds them, the bytes with their 4-byte header, within the limit.
     body_size := 0;
-    IF idempotency_complete.response_body IS NOT NULL THEN
-        body_size := idempotency.jsonb_size(idempotency_complete.response_body);
-    ELSIF idempotency_complete.response_body_bytes IS NOT NULL THEN
-        body_size := pg_catalog.octet_length(idempotency_complete.response_body_bytes) OPERATOR(pg_catalog.+) 4;
+    IF complete_general.response_body IS NOT NULL THEN
+        body_size := idempotency.jsonb_size(complete_general.response_body);
+    ELSIF complete_general.response_body_bytes IS NOT NULL THEN
+        body_size := pg_catalog.octet_length(complete_general.response_body_bytes) OPERATOR(pg_catalog.+) 4;
     END IF;
     header_size := 0;
-    IF idempotency_complete.response_headers IS NOT NULL THEN
-        header_size := idempotency.jsonb_size(idempotency_complete.response_headers);
+    IF complete_general.response_headers IS NOT NULL THEN
+        header_size := idempotency.jsonb_size(complete_general.response_headers);
     END IF;
     body_kept := body_size OPERATOR(pg_catalog.+) header_size OPERATOR(pg_catalog.<=) size_limit;
     headers_kept := header_size OPERATOR(pg_catalog.<=) size_limit;
     IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
         PERFORM idempotency.refuse_read_only('idempotency_complete');
     END IF;
-    store_response := idempotency_complete.response_status OPERATOR(pg_catalog.<) 500;
+    store_response := complete_general.response_status OPERATOR(pg_catalog.<) 500;
     IF NOT store_response THEN
         store_response := COALESCE(pg_catalog.current_setting('idempotency.store_server_errors', true), '')
                           OPERATOR(pg_catalog.=) ANY (ARRAY['on', 'true', 'yes', '1']);
     END IF;
-    IF store_response AND NOT body_kept AND NOT COALESCE(idempotency_complete.omit_oversized, true) THEN
+    IF store_response AND NOT body_kept AND NOT COALESCE(complete_general.omit_oversized, true) THEN
         RAISE EXCEPTION 'response of idempotency key "%" is too large (% bytes)',
-                        idempotency.key_for_message(idempotency_complete.key), body_size OPERATOR(pg_catalog.+) header_size
+                        idempotency.key_for_message(complete_general.key), body_size OPERATOR(pg_catalog.+) header_size
             USING ERRCODE = 'program_limit_exceeded',
                   DETAIL = pg_catalog.format('idempotency.max_response_bytes is %s bytes, counting the body and the headers; with omit_oversized => false nothing is stored.', size_limit),
                   HINT = 'Raise idempotency.max_response_bytes (the owner''s limit: UPDATE idempotency.settings), or pass omit_oversized => true to store the response without its body.';
     END IF;
     IF replacing AND NOT store_response THEN
-        RAISE EXCEPTION 'a response with status % cannot replace a stored one', idempotency_complete.response_status
+        RAISE EXCEPTION 'a response with status % cannot replace a stored one', complete_general.response_status
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'Server errors are not stored while idempotency.store_server_errors is off.';
     END IF;
     -- Rule H: the caller's own claim as read (its transaction holds the
     -- key's lock), else the key's current record under the lock.
-    IF idempotency.own(r.stored) AND idempotency_complete.attempt IS NULL
+    IF idempotency.own(r.stored) AND complete_general.attempt IS NULL
        AND (r.stored).status OPERATOR(pg_catalog.=) 'p'::pg_catalog."char" THEN
         k := r.stored;
     ELSE
-        k := idempotency.held_claim(caller_tenant, idempotency_complete.scope, idempotency_complete.key,
-                                    idempotency_complete.attempt, replacing);
+        k := idempotency.held_claim(caller_tenant, complete_general.scope, complete_general.key,
+                                    complete_general.attempt, replacing);
     END IF;
     now := pg_catalog.clock_timestamp();
     IF NOT store_response THEN
@@ -1581,29 +1773,87 @@ BEGIN
         UPDATE idempotency.keys AS x SET lease_expires_at = now, unsettled_since = NULL,
                                           writer = pg_catalog.pg_current_xact_id()
          WHERE x.tenant OPERATOR(pg_catalog.=) caller_tenant
-           AND x.scope OPERATOR(pg_catalog.=) idempotency_complete.scope COLLATE "C"
-           AND x.key OPERATOR(pg_catalog.=) idempotency_complete.key COLLATE "C";
+           AND x.scope OPERATOR(pg_catalog.=) complete_general.scope COLLATE "C"
+           AND x.key OPERATOR(pg_catalog.=) complete_general.key COLLATE "C";
         RETURN false;
     END IF;
     UPDATE idempotency.keys AS x SET
         status = 'c', completed_at = now, expires_at = now OPERATOR(pg_catalog.+) x.ttl,
         lease = NULL, lease_expires_at = NULL, unsettled_since = NULL,
-        response_status = idempotency_complete.response_status,
-        response_body = CASE WHEN body_kept THEN idempotency_complete.response_body END,
-        response_body_bytes = CASE WHEN body_kept THEN idempotency_complete.response_body_bytes END,
-        response_headers = CASE WHEN headers_kept THEN idempotency_complete.response_headers END,
+        response_status = complete_general.response_status,
+        response_body = CASE WHEN body_kept THEN complete_general.response_body END,
+        response_body_bytes = CASE WHEN body_kept THEN complete_general.response_body_bytes END,
+        response_headers = CASE WHEN headers_kept THEN complete_general.response_headers END,
         response_body_omitted = NOT body_kept,
         writer = pg_catalog.pg_current_xact_id()
      WHERE x.tenant OPERATOR(pg_catalog.=) caller_tenant
-       AND x.scope OPERATOR(pg_catalog.=) idempotency_complete.scope COLLATE "C"
-       AND x.key OPERATOR(pg_catalog.=) idempotency_complete.key COLLATE "C";
+       AND x.scope OPERATOR(pg_catalog.=) complete_general.scope COLLATE "C"
+       AND x.key OPERATOR(pg_catalog.=) complete_general.key COLLATE "C";
     IF NOT body_kept THEN
-        RAISE WARNING 'the response body of idempotency key "%" is not stored', idempotency.key_for_message(idempotency_complete.key)
+        RAISE WARNING 'the response body of idempotency key "%" is not stored', idempotency.key_for_message(complete_general.key)
             USING DETAIL = pg_catalog.format('The response is %s bytes; idempotency.max_response_bytes is %s bytes. Replays return its status%s, with response_body_omitted set.',
                                              body_size OPERATOR(pg_catalog.+) header_size, size_limit,
                                              CASE WHEN headers_kept THEN ' and headers' ELSE '' END);
     END IF;
     RETURN true;
+END
+$$;
+COMMENT ON FUNCTION idempotency.complete_general(text, text, integer, jsonb, jsonb, integer, bytea, boolean, boolean) IS
+    'idempotency_complete''s every course: argument checks and errors, rule H, server errors, replacing, oversized responses';
+REVOKE ALL ON FUNCTION idempotency.complete_general(text, text, integer, jsonb, jsonb, integer, bytea, boolean, boolean) FROM PUBLIC;
+
+-- The commonest course runs here in one statement: the caller completes its
+-- own claim (rule H: its transaction wrote the claim, and holds the key's
+-- lock) with a response under 500 that fits within the owner's limit.
+-- Anything else, or a check that does not pass, is complete_general's.
+CREATE FUNCTION @extschema@.idempotency_complete(
+    scope text, key text, response_status integer,
+    response_body jsonb DEFAULT NULL, response_headers jsonb DEFAULT NULL, attempt integer DEFAULT NULL,
+    response_body_bytes bytea DEFAULT NULL, replace boolean DEFAULT false,
+    omit_oversized boolean DEFAULT true)
+    RETURNS boolean
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+    AS $$
+#variable_conflict use_column
+DECLARE
+    now pg_catalog.timestamptz;
+BEGIN
+    IF (idempotency_complete.response_status OPERATOR(pg_catalog.>=) 100
+        AND idempotency_complete.response_status OPERATOR(pg_catalog.<) 500
+        AND idempotency_complete.attempt IS NULL AND idempotency_complete.response_body_bytes IS NULL
+        AND idempotency_complete.replace IS FALSE
+        AND pg_catalog.octet_length(idempotency_complete.key) OPERATOR(pg_catalog.>) 0
+        AND GREATEST(pg_catalog.octet_length(idempotency_complete.key), pg_catalog.octet_length(idempotency_complete.scope))
+            OPERATOR(pg_catalog.<=) idempotency.owner_max_key_length()
+        AND pg_catalog.current_setting('idempotency.max_key_length', true) IS NULL
+        AND pg_catalog.current_setting('idempotency.max_response_bytes', true) IS NULL
+        AND COALESCE(idempotency.jsonb_size(idempotency_complete.response_body), 0)
+            OPERATOR(pg_catalog.+) COALESCE(idempotency.jsonb_size(idempotency_complete.response_headers), 0)
+            OPERATOR(pg_catalog.<=) idempotency.owner_max_response_bytes()
+        AND pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'off') IS TRUE THEN
+        now := pg_catalog.clock_timestamp();
+        UPDATE idempotency.keys AS x SET
+            status = 'c', completed_at = now, expires_at = now OPERATOR(pg_catalog.+) x.ttl,
+            lease = NULL, lease_expires_at = NULL,
+            unsettled_since = NULL,
+            response_status = idempotency_complete.response_status,
+            response_body = idempotency_complete.response_body,
+            response_headers = idempotency_complete.response_headers,
+            response_body_bytes = NULL, response_body_omitted = false
+         WHERE x.tenant OPERATOR(pg_catalog.=) CASE WHEN idempotency.any_tenants() THEN idempotency.caller_tenant() ELSE 0::pg_catalog.regrole END
+           AND x.scope OPERATOR(pg_catalog.=) idempotency_complete.scope COLLATE "C"
+           AND x.key OPERATOR(pg_catalog.=) idempotency_complete.key COLLATE "C"
+           AND x.writer OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id_if_assigned()
+           AND x.status OPERATOR(pg_catalog.=) 'p'::pg_catalog."char";
+        IF FOUND THEN
+            RETURN true;
+        END IF;
+    END IF;
+    RETURN idempotency.complete_general(idempotency_complete.scope, idempotency_complete.key,
+                                        idempotency_complete.response_status, idempotency_complete.response_body,
+                                        idempotency_complete.response_headers, idempotency_complete.attempt,
+                                        idempotency_complete.response_body_bytes, idempotency_complete.replace,
+                                        idempotency_complete.omit_oversized);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.idempotency_complete(text, text, integer, jsonb, jsonb, integer, bytea, boolean, boolean) IS
@@ -1886,8 +2136,7 @@ BEGIN
     ELSIF key IS NULL THEN
         RETURN 'key is null';
     END IF;
-    key_limit := LEAST(idempotency.owner_max_key_length(),
-                       COALESCE(pg_catalog.current_setting('idempotency.max_key_length', true)::pg_catalog.int4, 1024));
+    key_limit := LEAST(idempotency.owner_max_key_length(), COALESCE(idempotency.session_max_key_length(), 1024));
     problem := idempotency.key_problem_code(scope, key, key_limit);
     RETURN CASE WHEN problem OPERATOR(pg_catalog.=) 1 THEN 'key is empty'
                 WHEN problem OPERATOR(pg_catalog.=) 2 THEN pg_catalog.format('scope is longer than %s bytes', key_limit)
@@ -2154,7 +2403,8 @@ BEGIN
            AND p.proname OPERATOR(pg_catalog.<>) ALL (ARRAY[
                'reject_request_hash_text', 'text_bytes', 'framed', 'jsonb_items', 'jsonb_encoding',
                'digest_text', 'parts_encoding', 'is_json_media_type', 'json_nests_deeper', 'body_digest',
-               'key_problem_code', 'owner_max_key_length', 'api_schema', 'expiry_job_name'])
+               'key_problem_code', 'owner_max_key_length', 'session_max_key_length', 'refuse_setting',
+               'api_schema', 'expiry_job_name'])
     LOOP
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', helper);
     END LOOP;

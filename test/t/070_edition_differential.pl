@@ -2,7 +2,7 @@
 # sequences of claims, completions, checkpoints, releases, forgets, lookups,
 # listings, savepoints, rollbacks, prepared transactions, cancelled waits and
 # terminated sessions (test/differential/claims.py) run against the extension
-# and against the SQL edition, each in a database of one server: the answers
+# and against the SQL edition, each on a server of its own: the answers
 # and the final tables must agree wherever doc/sql-edition.md's table does
 # not say otherwise, and no claimed answer may contradict what the other
 # transactions hold or what committed.  Then the same digests, or the same
@@ -18,15 +18,22 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-# No expiry worker: a sweep holds key locks for a moment, which the driver
-# would take for a wait of its own.
-my $node = new_node('editions',
+# The extension on a server that preloads it, with no expiry worker (a sweep
+# holds key locks for a moment, which the driver would take for a wait of its
+# own); the edition on one that does not, as on a managed server.
+my $node = new_node('extension',
 	conf => [ 'max_prepared_transactions = 10', 'idempotency.worker_enabled = off' ]);
+my $edition_node = new_node('edition',
+	conf => [ 'max_prepared_transactions = 10', "shared_preload_libraries = ''" ]);
 $node->safe_psql('postgres', 'CREATE DATABASE extension');
-$node->safe_psql('postgres', 'CREATE DATABASE edition');
+$edition_node->safe_psql('postgres', 'CREATE DATABASE edition');
 $node->safe_psql('extension', 'CREATE EXTENSION idempotency');
-$node->safe_psql('edition', 'CREATE EXTENSION idempotency_sql');
-sub dsn { return sprintf('host=%s port=%d dbname=%s', $node->host, $node->port, $_[0]); }
+$edition_node->safe_psql('edition', 'CREATE EXTENSION idempotency_sql');
+sub dsn
+{
+	my $server = $_[0] eq 'edition' ? $edition_node : $node;
+	return sprintf('host=%s port=%d dbname=%s', $server->host, $server->port, $_[0]);
+}
 
 my $seconds = $ENV{DIFFERENTIAL_SECONDS} // 60;
 my ($stdout, $stderr);

@@ -23,7 +23,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = new_node('installs', conf => ['idempotency.worker_enabled = off']);
+# As on a managed server: the extension's library is not loaded.
+my $node = new_node('installs', conf => ["shared_preload_libraries = ''"]);
 
 # The forms, from the one source; and a made-up later version of it.
 my $forms = PostgreSQL::Test::Utils::tempdir;
@@ -226,7 +227,7 @@ is($node->safe_psql('plain',
 # ---------------------------------------------------------------------------
 SKIP:
 {
-	my $tle_node = new_pg_tle_node('tle', conf => ['idempotency.worker_enabled = off']);
+	my $tle_node = new_pg_tle_node('tle');
 	skip 'pg_tle is not installed in this PostgreSQL (build it by hand to run this part)', 24 unless $tle_node;
 	$node->stop;
 	$node = $tle_node;

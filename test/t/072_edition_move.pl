@@ -18,7 +18,16 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = new_node('move', conf => ['idempotency.worker_enabled = off']);
+# The edition is used where the extension's library is not loaded, as on a
+# managed server; the move starts once the library is installed and loaded
+# (preload).
+my $node = new_node('move', conf => ["shared_preload_libraries = ''", 'idempotency.worker_enabled = off']);
+sub preload
+{
+	my ($libraries) = @_;
+	$node->append_conf('postgresql.conf', "shared_preload_libraries = '$libraries'");
+	$node->restart;
+}
 my $forms = PostgreSQL::Test::Utils::tempdir;
 system('perl', 'edition/generate', $forms) == 0 or BAIL_OUT('edition/generate failed');
 $node->safe_psql('postgres', q{
@@ -83,6 +92,7 @@ for my $form ('directory', 'plain', 'pg_tle')
 			CREATE ROLE tenant_a LOGIN IN ROLE app;
 		});
 	}
+	preload($form eq 'pg_tle' ? 'pg_tle' : '');
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
 	if ($form eq 'directory')
 	{
@@ -146,6 +156,7 @@ for my $form ('directory', 'plain', 'pg_tle')
 	like($replayed, qr/^replay 1 200 - \{"h": "v"\} - true\nreplay 1 200 - .* 00ff10 false\nreplay 1 201 .*Zoë/,
 		"$form: the edition replays the three responses");
 
+	preload($form eq 'pg_tle' ? 'idempotency, pg_tle' : 'idempotency');
 	my ($moved, $out) = run_file($db, "$forms/idempotency_sql.move-to-extension.sql", '-v', 'schema=public');
 	ok($moved, "$form: the move runs");
 	like($out, qr/move-to-extension: 7 keys now in the extension idempotency/, "$form: it moves every row");

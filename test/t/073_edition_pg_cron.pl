@@ -20,12 +20,12 @@ chomp $pkglibdir;
 plan skip_all => "pg_cron is not installed (no pg_cron library in $pkglibdir)" unless -e "$pkglibdir/pg_cron.so";
 
 # pg_cron lives in one database (cron.database_name); a cluster that listens
-# on a socket only is reached through background workers.
+# on a socket only is reached through background workers.  The extension's
+# library is not loaded, as on a managed server.
 my $node = new_node('cron',
 	conf => [
-		"shared_preload_libraries = 'idempotency, pg_cron'", "cron.database_name = 'shop'",
-		'cron.use_background_workers = on', 'max_worker_processes = 20',
-		'idempotency.worker_enabled = off'
+		"shared_preload_libraries = 'pg_cron'", "cron.database_name = 'shop'",
+		'cron.use_background_workers = on', 'max_worker_processes = 20'
 	]);
 $node->safe_psql('postgres', 'CREATE DATABASE shop');
 $node->safe_psql('shop', q{

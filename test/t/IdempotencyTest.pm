@@ -45,8 +45,8 @@ sub new_node
 	return $node;
 }
 
-# A node with pg_tle preloaded beside the extension (conf => [lines] as for
-# new_node), or undef where pg_tle is not installed in this PostgreSQL (it is
+# A node with pg_tle preloaded (conf => [lines] as for new_node, which may
+# preload the extension too), or undef where pg_tle is not installed in this PostgreSQL (it is
 # not in Debian: build it by hand to run the tests that need it).  pg_tle
 # refuses a name that the extension directory has, so the node runs a copy
 # of the installation without the SQL edition's files there, as on a
@@ -71,7 +71,7 @@ sub new_pg_tle_node
 	unlink glob("$copy$sharedir/extension/idempotency_sql*");
 	my $node = PostgreSQL::Test::Cluster->new($name, install_path => "$copy$prefix");
 	$node->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
-	$node->append_conf('postgresql.conf', "shared_preload_libraries = 'idempotency, pg_tle'");
+	$node->append_conf('postgresql.conf', "shared_preload_libraries = 'pg_tle'");
 	$node->append_conf('postgresql.conf', $_) for @{ $params{conf} // [] };
 	$node->start;
 	return $node;

@@ -151,6 +151,30 @@ BEGIN;
 SELECT outcome FROM idempotency_begin('app', '123456789', request_hash('r'::text));
 ROLLBACK;
 RESET ROLE;
+-- A session's setting is checked when a call reads it (nothing checks a SET
+-- of a name no library defines), and once reset it reads as empty: not set.
+\set VERBOSITY terse
+SET idempotency.max_key_length = 'long';
+SELECT idempotency_begin('app', 'k', request_hash('r'::text));
+SELECT idempotency_key_problem('app', 'k');
+SET idempotency.max_key_length = 2000;
+SELECT idempotency_begin('app', 'k', request_hash('r'::text));
+RESET idempotency.max_key_length;
+SET idempotency.max_response_bytes = 'a lot';
+BEGIN;
+SELECT outcome FROM idempotency_begin('app', 'k', request_hash('r'::text));
+SELECT idempotency_complete('app', 'k', 200, '{}');
+ROLLBACK;
+RESET idempotency.max_response_bytes;
+SET idempotency.default_ttl = 0;
+SELECT idempotency_begin('app', 'k', request_hash('r'::text));
+RESET idempotency.default_ttl;
+SELECT current_setting('idempotency.max_key_length') AS reset_reads_as;
+BEGIN;
+SELECT outcome FROM idempotency_begin('app', 'k', request_hash('r'::text));
+SELECT idempotency_complete('app', 'k', 200, '{}');
+ROLLBACK;
+\set VERBOSITY default
 
 --
 -- The fingerprint rules of 0.5.0, against digests computed outside
