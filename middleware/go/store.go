@@ -17,10 +17,12 @@ const (
 	// request_hash_body(content type, body): a JSON body by its value, any other by its
 	// bytes. The last column is the largest response the server stores
 	// (maxResponseBytes), so that a streaming handler's response is buffered no further
-	// than that.
+	// than that; NULL where the setting does not exist (the SQL edition, which keeps its
+	// limit in a table: the response is then buffered whole, and the server refuses one
+	// over its limit).
 	beginSQL = `SELECT b.outcome::text, b.attempt, b.response_status, b.response_headers::text,
        b.response_body_bytes, b.response_body_omitted, b.retry_after_seconds, b.recovery_point,
-       pg_catalog.current_setting('idempotency.max_response_bytes')
+       pg_catalog.current_setting('idempotency.max_response_bytes', true)
   FROM idempotency_begin($1::text, $2::text,
          request_hash_parts($3::text, $4::text, $5::text, $6::text,
            request_hash_body($7::text, $8::bytea)::text),
@@ -59,7 +61,7 @@ func begin(ctx context.Context, tx *sql.Tx, scope, key string, f fingerprint, o 
 	var b begun
 	var attempt, status, retryAfter sql.NullInt64
 	var omitted sql.NullBool
-	var limit string
+	var limit sql.NullString
 	err := tx.QueryRowContext(ctx, beginSQL, scope, key, f.method, f.route, f.path, f.query, f.contentType, nonNil(f.body),
 		interval(o.TTL), interval(lease), interval(o.Wait)).Scan(&b.outcome, &attempt, &status, &b.headers,
 		&b.body, &omitted, &retryAfter, &b.recoveryPoint, &limit)
@@ -67,7 +69,7 @@ func begin(ctx context.Context, tx *sql.Tx, scope, key string, f fingerprint, o 
 		return nil, err
 	}
 	b.attempt, b.status, b.retryAfter, b.bodyOmitted = attempt.Int64, int(status.Int64), int(retryAfter.Int64), omitted.Bool
-	b.maxResponseBytes = maxResponseBytes(limit)
+	b.maxResponseBytes = maxResponseBytes(limit.String)
 	return &b, nil
 }
 

@@ -1,7 +1,10 @@
 # The HTTP conformance suite (test/conformance/README.md): the same cases,
 # test/conformance/client.py, against every setup of every middleware package
 # (each middleware/<language>/conformance/run), with the package installed as
-# its users install it.  One TAP line per check and setup.
+# its users install it.  One TAP line per check and setup.  Then the first
+# setup of each package once more, on a database with the SQL edition
+# (doc/sql-edition.md) instead of the extension, on a server without the
+# extension's library, with no option changed.
 #
 # The adapters do not depend on the server's major version, so the suite runs
 # where CONFORMANCE is not 0; test/chroot sets it to 0 for PostgreSQL 17 and
@@ -27,6 +30,16 @@ plan skip_all => 'no middleware package has a conformance/run' unless @packages;
 
 my $python = -x '/usr/bin/python3' ? '/usr/bin/python3' : 'python3';
 my ($node, %database) = new_orders_database('conformance', conf => ['max_connections = 300']);
+# The SQL edition on a server of its own that does not load the extension's
+# library, as a managed server does not.
+my $edition_node = new_node('conformance_sql', conf => [ 'max_connections = 300', "shared_preload_libraries = ''" ]);
+my %edition_database = (%database, PGHOST => $edition_node->host, PGPORT => $edition_node->port,
+	PGDATABASE => 'conformance_sql');
+$edition_node->safe_psql('postgres', 'CREATE DATABASE conformance_sql');
+$edition_node->safe_psql('conformance_sql', q{
+	CREATE EXTENSION idempotency_sql;
+	CREATE TABLE orders (id bigserial PRIMARY KEY, item text NOT NULL);
+});
 # The same as the client's connection string.
 my %conninfo = (PGHOST => 'host', PGPORT => 'port', PGDATABASE => 'dbname', PGUSER => 'user');
 
@@ -51,18 +64,22 @@ for my $run (@packages)
 		'>', \$out, '2>', \$err, IPC::Run::timeout(1800));
 	ok($ok, "$dir: the package installs as its users install it") or diag("$out\n$err");
 	next unless $ok;
-	run_setup($dir, $run, $prepared, $_) for @setups;
+	run_setup($dir, $run, $prepared, $_, \%database, '') for @setups;
+	run_setup($dir, $run, $prepared, $setups[0], \%edition_database, ' (SQL edition)');
 }
 
 done_testing();
 
-# Serves one setup and runs the cases against it.
+# Serves one setup on a database (libpq's environment) and runs the cases
+# against it; $label follows the setup's name in each check.
 sub run_setup
 {
-	my ($dir, $run, $prepared, $setup) = @_;
+	my ($dir, $run, $prepared, $setup_name, $database, $label) = @_;
+	my %database = %$database;
+	my $setup = "$setup_name$label";
 	my $port = free_port();
-	my $log = "$prepared/$setup.log";
-	my $server = IPC::Run::start([ $run, 'serve', $prepared, $setup, $port ],
+	my $log = "$prepared/$setup_name" . ($label ? '-sql' : '') . '.log';
+	my $server = IPC::Run::start([ $run, 'serve', $prepared, $setup_name, $port ],
 		'<', \'', '>', $log, '2>&1',
 		init => sub {
 			chdir $dir or die "chdir $dir: $!";
