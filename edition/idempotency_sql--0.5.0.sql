@@ -962,6 +962,11 @@ CREATE FUNCTION idempotency.lock_key(hash bigint) RETURNS void
     RETURN pg_catalog.pg_advisory_xact_lock((hash OPERATOR(pg_catalog.>>) 32)::pg_catalog.int4,
                                             (hash OPERATOR(pg_catalog.&) 2147483647)::pg_catalog.int4);
 COMMENT ON FUNCTION idempotency.lock_key(bigint) IS 'takes the key''s lock for the transaction, waiting for its holder';
+CREATE FUNCTION idempotency.locked_key(hash bigint) RETURNS boolean
+    LANGUAGE sql VOLATILE PARALLEL UNSAFE
+    RETURN pg_catalog.pg_advisory_xact_lock((hash OPERATOR(pg_catalog.>>) 32)::pg_catalog.int4,
+                                            (hash OPERATOR(pg_catalog.&) 2147483647)::pg_catalog.int4) IS NOT NULL;
+COMMENT ON FUNCTION idempotency.locked_key(bigint) IS 'lock_key, as an expression: takes the key''s lock, waiting for its holder; true';
 -- Waits until no other transaction holds the key's lock, and keeps nothing:
 -- the lock is taken for the session and let go in the same expression,
 -- which no interrupt can split (a session lock left behind would hold the
@@ -1802,10 +1807,11 @@ COMMENT ON FUNCTION idempotency.complete_general(text, text, integer, jsonb, jso
     'idempotency_complete''s every course: argument checks and errors, rule H, server errors, replacing, oversized responses';
 REVOKE ALL ON FUNCTION idempotency.complete_general(text, text, integer, jsonb, jsonb, integer, bytea, boolean, boolean) FROM PUBLIC;
 
--- The commonest course runs here in one statement: the caller completes its
--- own claim (rule H: its transaction wrote the claim, and holds the key's
--- lock) with a response under 500 that fits within the owner's limit.
--- Anything else, or a check that does not pass, is complete_general's.
+-- The commonest courses run here in one statement each: the caller completes
+-- its own claim (rule H: its transaction wrote the claim, and holds the key's
+-- lock), or one that another transaction committed (under the key's lock),
+-- with a response under 500 that fits within the owner's limit.  Anything
+-- else, or a check that does not pass, is complete_general's.
 CREATE FUNCTION @extschema@.idempotency_complete(
     scope text, key text, response_status integer,
     response_body jsonb DEFAULT NULL, response_headers jsonb DEFAULT NULL, attempt integer DEFAULT NULL,
@@ -1847,6 +1853,30 @@ BEGIN
            AND x.status OPERATOR(pg_catalog.=) 'p'::pg_catalog."char";
         IF FOUND THEN
             RETURN true;
+        END IF;
+        -- A claim another transaction committed (the two-phase pattern):
+        -- rule H under the key's lock, which waits for a transaction changing
+        -- the key as an UPDATE would; the claim must not have expired (rule E).
+        IF idempotency.locked_key(idempotency.key_hash(CASE WHEN idempotency.any_tenants() THEN idempotency.caller_tenant() ELSE 0::pg_catalog.regrole END,
+                                                       idempotency_complete.scope, idempotency_complete.key)) THEN
+            now := pg_catalog.clock_timestamp();
+            UPDATE idempotency.keys AS x SET
+                status = 'c', completed_at = now, expires_at = now OPERATOR(pg_catalog.+) x.ttl,
+                lease = NULL, lease_expires_at = NULL,
+                unsettled_since = NULL,
+                response_status = idempotency_complete.response_status,
+                response_body = idempotency_complete.response_body,
+                response_headers = idempotency_complete.response_headers,
+                response_body_bytes = NULL, response_body_omitted = false,
+                writer = pg_catalog.pg_current_xact_id()
+             WHERE x.tenant OPERATOR(pg_catalog.=) CASE WHEN idempotency.any_tenants() THEN idempotency.caller_tenant() ELSE 0::pg_catalog.regrole END
+               AND x.scope OPERATOR(pg_catalog.=) idempotency_complete.scope COLLATE "C"
+               AND x.key OPERATOR(pg_catalog.=) idempotency_complete.key COLLATE "C"
+               AND x.status OPERATOR(pg_catalog.=) 'p'::pg_catalog."char"
+               AND (x.expires_at OPERATOR(pg_catalog.>) now OR x.lease_expires_at OPERATOR(pg_catalog.>) now);
+            IF FOUND THEN
+                RETURN true;
+            END IF;
         END IF;
     END IF;
     RETURN idempotency.complete_general(idempotency_complete.scope, idempotency_complete.key,
