@@ -3,7 +3,7 @@
 # targets that need PGXS (all, install, installcheck, clean ...) stop instead.
 EXTENSION = idempotency
 MODULE_big = idempotency
-OBJS = src/module.o src/boundary.o src/sha256.o src/canonical.o src/request_hash.o src/store.o src/citus_placement.o src/citus_routing.o src/claims.o src/shared_claims.o src/unsettled.o \
+OBJS = src/module.o src/boundary.o src/log_gate.o src/sha256.o src/canonical.o src/request_hash.o src/store.o src/citus_placement.o src/citus_routing.o src/claims.o src/shared_claims.o src/unsettled.o \
        src/arguments.o src/inspect.o \
        src/api.o src/stats.o src/scope_stats.o src/worker.o
 # The SQL edition (edition/, doc/sql-edition.md) installs beside it, for
@@ -11,12 +11,32 @@ OBJS = src/module.o src/boundary.o src/sha256.o src/canonical.o src/request_hash
 # plain forms.
 DATA = $(wildcard sql/idempotency--*.sql) edition/idempotency_sql.control $(wildcard edition/idempotency_sql--*.sql)
 DOCS = README.md
-# `make installcheck`: the pg_regress suite, every sql/*.sql but the install and
-# upgrade scripts (DATA), against a running server where `make install` put the
+# `make installcheck`, against a running server where `make install` put the
 # extension (connection from PGHOST, PGPORT, PGUSER; a superuser, whose server
-# can write results/).  A UTF-8 database in the C locale, as test/run's cluster.
+# can write results/), each suite in a UTF-8 database in the C locale, as
+# test/run's cluster:
+#  - the pg_regress suite (REGRESS): every sql/*.sql but the install and
+#    upgrade scripts (DATA), against expected/;
+#  - the isolation specs (ISOLATION): test/specs/*.spec against
+#    test/expected/.  PGXS gives pg_isolation_regress --inputdir=$(srcdir),
+#    where it would look for specs/ and expected/; ISOLATION_OPTS comes after
+#    it on the command line, and the last --inputdir wins.  They need the
+#    library preloaded: installcheck-preloaded below checks it first.
+# REGRESS=name or ISOLATION=name runs some; ISOLATION= runs the SQL suite alone.
 REGRESS = $(sort $(patsubst sql/%.sql,%,$(filter-out $(DATA),$(wildcard sql/*.sql))))
 REGRESS_OPTS = --encoding=UTF8 --no-locale
+ISOLATION = $(sort $(patsubst test/specs/%.spec,%,$(wildcard test/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=$(srcdir)/test --encoding=UTF8 --no-locale
+# `make prove_installcheck`: the TAP scripts (PROVE_TESTS: test/t/*.pl unless
+# given; PROVE_FLAGS=-v shows every assertion), through PGXS's own recipe,
+# each on nodes it starts itself with the PostgreSQL of PG_CONFIG (its bin/
+# first in PATH), where `make install` put the extension; TEMP_CONFIG
+# (test/idempotency.conf unless set) preloads the library in every node.
+# PGXS's TAP_TESTS switch would run them in `make installcheck` as well, as
+# contrib's do; here it is off, since they take long and need what test/run
+# installs: `make installcheck TAP_TESTS=1` runs all three suites.
+PROVE_TESTS ?= test/t/*.pl
+TAP_TESTS ?=
 
 PG_CONFIG ?= pg_config
 # C++17; PostgreSQL headers are treated as system headers so -Wextra judges only our code.
@@ -43,7 +63,7 @@ pgxs_missing = PG_CONFIG=$(PG_CONFIG): \
     and this target builds with PGXS. Install postgresql-server-dev-15 (make test does), \
     or set PG_CONFIG to the pg_config of the PostgreSQL to build against
 pg_config_found = $(shell command -v '$(PG_CONFIG)' 2>/dev/null)
-pgxs_targets = all install installdirs uninstall installcheck check clean distclean maintainer-clean
+pgxs_targets = all install installdirs uninstall installcheck prove_installcheck check clean distclean maintainer-clean
 .PHONY: $(pgxs_targets)
 $(pgxs_targets):
 	$(error $(pgxs_missing))
@@ -51,7 +71,39 @@ endif
 # After PGXS, so that its `all` stays the default goal.
 -include $(OBJS:.o=.d)
 
-.PHONY: test demo bench bench-cost bench-expiry bench-scale bench-citus fuzz sanitize test-cassert errcodes errcodes-check sql-edition
+ifneq ($(wildcard $(PGXS)),)
+# The isolation specs need what only a preloaded library has (deferred claims
+# in shared memory: idempotency.max_deferred_claims exists only then); on a
+# server without it some would wait out isolationtester's timeouts, minutes
+# each.  So installcheck first asks the server, and stops at once if it lacks
+# the library.  It also tells when the server's expiry worker is on: a sweep
+# that falls between expiry_races's ageing of a record in its setup and its
+# steps' expiry takes the record first.
+.PHONY: installcheck-preloaded prove_installcheck
+installcheck: installcheck-preloaded
+installcheck-preloaded:
+ifneq ($(strip $(ISOLATION)),)
+	@server=$$('$(bindir)/psql' -X -q -A -t -d postgres -c "SELECT count(*), \
+	    pg_catalog.current_setting('idempotency.worker_enabled', true) FROM pg_catalog.pg_settings \
+	    WHERE name = 'idempotency.max_deferred_claims'") || exit 1; \
+	case $$server in \
+	'1|on') echo "make installcheck: the server's expiry worker is on (idempotency.worker_enabled):" \
+	    "a sweep between expiry_races's setup, which ages a record, and its steps, which expire it," \
+	    "fails that spec (make test's server runs it with the worker off)" ;; \
+	'1|'*) ;; \
+	*) echo "make installcheck: the server does not preload the library, and the isolation specs" \
+	    "need it: add idempotency to shared_preload_libraries and restart the server, or run the SQL" \
+	    "suite alone with make installcheck ISOLATION=" >&2; exit 1 ;; \
+	esac
+endif
+
+installcheck prove_installcheck: export TEMP_CONFIG ?= $(abspath $(srcdir)/test/idempotency.conf)
+prove_installcheck:
+	$(prove_installcheck)
+endif
+
+.PHONY: test demo bench bench-cost bench-expiry bench-scale bench-citus fuzz sanitize test-cassert errcodes errcodes-check \
+        dist release sql-edition
 # `make test` tests the PostgreSQL that PG_CONFIG names (default: the host's
 # Debian PostgreSQL 15).  `make test PG=N` tests PostgreSQL N: the host's own
 # when Debian's /usr/lib/postgresql/N is installed here, else inside
@@ -106,3 +158,18 @@ test-cassert:
 # edition/build (edition/generate; doc/sql-edition.md, "Installing").
 sql-edition:
 	perl edition/generate edition/build
+# The PGXN archive, dist/idempotency-X.Y.Z.zip: git archive of HEAD, with
+# META.json checked against the control file (tools/release, tools/pgxn-meta).
+dist:
+	bash tools/release dist
+# make release VERSION=X.Y.Z: fails unless every version string is X.Y.Z
+# (tools/versions), then builds every release file from HEAD into
+# dist/X.Y.Z/ (Debian packages, PGXN archive, npm tarball, Python sdist and
+# wheel, Java jar) and prints the tags to push; see tools/release.  (PGXS
+# sets VERSION to PostgreSQL's: only the command line's counts here.)
+release:
+ifeq ($(origin VERSION),command line)
+	bash tools/release all $(VERSION)
+else
+	$(error usage: make release VERSION=X.Y.Z)
+endif

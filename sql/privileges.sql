@@ -124,5 +124,26 @@ SELECT i.objoid::regprocedure AS function, replace(i.initprivs::text, current_us
   FROM pg_init_privs i JOIN pg_proc p ON p.oid = i.objoid AND i.classoid = 'pg_proc'::regclass
  WHERE p.proname IN ('idempotency_complete', 'create_scope_variants') ORDER BY 1;
 DROP EXTENSION idempotency;
+
+-- The update to 0.5.0 replaces idempotency_distribute (a new body): a grant
+-- on the old one carries over as an ordinary grant (pg_dump keeps it), and
+-- the initial privileges are those of a fresh install.
+SET client_min_messages = error;
+CREATE EXTENSION idempotency VERSION '0.4.0';
+RESET client_min_messages;
+GRANT EXECUTE ON FUNCTION idempotency_distribute(regclass) TO regress_idem_app;
+ALTER EXTENSION idempotency UPDATE TO '0.5.0';
+SELECT has_function_privilege('regress_idem_app', 'idempotency_distribute(regclass)', 'EXECUTE') AS app_executes,
+       has_function_privilege('regress_idem_outsider', 'idempotency_distribute(regclass)', 'EXECUTE') AS outsider_executes;
+SELECT replace(i.initprivs::text, current_user, 'owner') AS initprivs
+  FROM pg_init_privs i WHERE i.objoid = 'idempotency_distribute(regclass)'::regprocedure AND i.classoid = 'pg_proc'::regclass;
+SELECT count(*) AS old_function_left FROM pg_proc WHERE proname = 'idempotency_distribute_0_4_0';
+DROP EXTENSION idempotency;
+SET client_min_messages = error;
+CREATE EXTENSION idempotency;
+RESET client_min_messages;
+SELECT replace(i.initprivs::text, current_user, 'owner') AS initprivs
+  FROM pg_init_privs i WHERE i.objoid = 'idempotency_distribute(regclass)'::regprocedure AND i.classoid = 'pg_proc'::regclass;
+DROP EXTENSION idempotency;
 DROP ROLE regress_idem_app;
 DROP ROLE regress_idem_outsider;

@@ -60,8 +60,11 @@ SELECT idempotency_complete('s', 'logged at once', 201);
 COMMIT;
 SELECT outcome FROM idempotency_begin('s', 'two-phase', request_hash('r'::text), lease => '1 hour');
 SELECT idempotency_checkpoint('s', 'two-phase', 'charged') > now() AS lease_renewed;
+-- (One transaction, so that the background worker cannot expire it first.)
+BEGIN;
 UPDATE idempotency.keys SET expires_at = now() - interval '1 second' WHERE key = 'logged';
 SELECT idempotency_expire() AS expired;
+COMMIT;
 SELECT op, key, status FROM key_changes WHERE key <> 'logged' ORDER BY n;
 SELECT string_agg(op || ' ' || status::text, ', ' ORDER BY n)
        = CASE WHEN coalesce(current_setting('idempotency.max_deferred_claims', true), '0')::int > 0
@@ -143,8 +146,10 @@ SELECT status, attempt, response_status, claim_data, recovery_point
   FROM idempotency_lookup('s', 'written_at_once');
 SELECT key, status, response_status FROM idempotency_keys('s');
 SELECT idempotency_forget('s', 'indexed');
+BEGIN;
 UPDATE idempotency.keys SET expires_at = now() - interval '1 day' WHERE key = 'edited';
 SELECT idempotency_expire() AS expired;
+COMMIT;
 SELECT key, status FROM idempotency.keys ORDER BY key;
 -- One of the functions' columns dropped is refused (55000) until it is added
 -- back, at the end of the table, where the functions find it by name.

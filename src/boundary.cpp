@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "compat.hpp"
+#include "log_gate.hpp"
 
 extern "C"
 {
@@ -35,6 +36,9 @@ void throw_injected_fault()
 //    free slot, after its row is written and before its check (rule F);
 //  * pause_in_read (18759): a read of the newest version of a key, between
 //    its index entry and the version it points to (store.cpp, read_latest);
+//    (18762) the same read, between a version it found being deleted or
+//    replaced by a transaction in progress and the rest of its scan
+//    (claims.hpp, rule R);
 //  * pause_before_forwarded_replay (18760): a begin forwarded during a shard
 //    move, between its check that the key is completed and the call on the
 //    shard's node (citus_routing.cpp, forward_replay);
@@ -98,6 +102,7 @@ Datum errors_without_request_data(PGFunction body, FunctionCallInfo fcinfo)
     // callbacks the call pushes itself stay.  PG_TRY restores the caller's
     // stack when the call fails, and the line below when it returns.
     ErrorContextCallback *caller_context = error_context_stack;
+    log_gate::note_call();
     PG_TRY();
     {
         error_context_stack = nullptr;
@@ -115,6 +120,7 @@ Datum errors_without_request_data(PGFunction body, FunctionCallInfo fcinfo)
 void errors_without_request_data(void (*body)(void *argument), void *argument)
 {
     MemoryContext context = CurrentMemoryContext;
+    log_gate::note_call();
     PG_TRY();
     {
         body(argument);

@@ -95,7 +95,11 @@ template <typename Body> inline auto guarded(Body &&body) -> decltype(body())
 // without its statement, and a deadlock without the other sessions'
 // statements, which its log detail would quote; and nothing the call reports
 // (errors, warnings) gets a CONTEXT line from its caller, which would quote
-// the statement that made the call (PL/pgSQL's EXECUTE of a query text).  `body` must not throw: it
+// the statement that made the call (PL/pgSQL's EXECUTE of a query text).
+// What is raised elsewhere in such a statement, or logged without unwinding
+// through the call (a LOG line, a FATAL), is the log gate's (log_gate.cpp),
+// for which both functions below mark the running statement as one that
+// calls the extension.  `body` must not throw: it
 // is guarded() itself, or code that calls no C++ that throws.  The call goes
 // through a function pointer into another translation unit, so that none of
 // body's locals share a frame with the setjmp: an inlined body would leave

@@ -12,6 +12,23 @@
 namespace idempotency::canonical
 {
 
+// The prefix is what keeps the rules of request_hash_body apart: every
+// encoding of a document starts with it, and the bytes rule's tag differs
+// from the document format's name right after it.
+constexpr bool starts_with_reserved_prefix(const char *name)
+{
+    for (size_t i = 0; i < reserved_prefix_length; i++)
+        if (name[i] != reserved_prefix[i])
+            return false;
+    return true;
+}
+static_assert(reserved_prefix_length == 25, "the reserved prefix is 25 bytes");
+static_assert(starts_with_reserved_prefix(jsonb_encoding_v1) &&
+                  starts_with_reserved_prefix(body_bytes_encoding) &&
+                  jsonb_encoding_v1[reserved_prefix_length] !=
+                      body_bytes_encoding[reserved_prefix_length],
+              "documents and prefixed bodies encode apart, both under the reserved prefix");
+
 namespace
 {
 
@@ -61,6 +78,8 @@ char tag_of(JsonbItem item)
             return tag_string;
         case JsonbItem::number:
             return tag_number;
+        case JsonbItem::number_binary:
+            return tag_number_binary;
     }
     return tag_null; // not reached: the switch names every item
 }
@@ -112,8 +131,66 @@ void append_jsonb_header(ByteSink sink)
 void append_jsonb_item(ByteSink sink, JsonbItem item, const void *bytes, size_t size)
 {
     append_byte(sink, tag_of(item));
-    if (item == JsonbItem::string || item == JsonbItem::number)
+    if (item == JsonbItem::string || item == JsonbItem::number || item == JsonbItem::number_binary)
         append_part(sink, bytes, size);
+}
+
+bool number_has_short_form(const void *binary, size_t size) noexcept
+{
+    if (size < numeric_send_header_size)
+        return false;
+    const uint8_t *header = static_cast<const uint8_t *>(binary);
+    // int16 ndigits, weight, sign, dscale, big-endian; dscale is never
+    // negative, weight is when the number is below 1.
+    auto int16_at = [header](size_t offset) {
+        return static_cast<int16_t>(
+            static_cast<uint16_t>(header[offset] << 8 | header[offset + 1]));
+    };
+    return int16_at(2) <= max_short_number_weight && int16_at(6) <= max_short_number_scale;
+}
+
+size_t json_nesting_depth(const void *text, size_t size) noexcept
+{
+    const unsigned char *at = static_cast<const unsigned char *>(text);
+    const unsigned char *const end = at + size;
+    size_t depth = 0, deepest = 0;
+    while (at < end)
+    {
+        unsigned char c = *at++;
+        if (c == '"')
+        {
+            // To the string's end: the next quote that no backslash escapes.
+            while (at < end)
+            {
+                unsigned char in_string = *at++;
+                if (in_string == '"')
+                    break;
+                if (in_string == '\\' && at < end)
+                    at++; // the escaped byte, whatever it is
+            }
+        }
+        else if (c == '[' || c == '{')
+        {
+            if (++depth > deepest)
+                deepest = depth;
+        }
+        else if ((c == ']' || c == '}') && depth > 0)
+            depth--;
+    }
+    return deepest;
+}
+
+bool has_reserved_prefix(const void *data, size_t size) noexcept
+{
+    return size >= reserved_prefix_length &&
+           memcmp(data, reserved_prefix, reserved_prefix_length) == 0;
+}
+
+void append_body_bytes(ByteSink sink, const void *data, size_t size)
+{
+    if (has_reserved_prefix(data, size))
+        sink.append(sink.context, body_bytes_encoding, sizeof body_bytes_encoding);
+    sink.append(sink.context, data, size);
 }
 
 } // namespace idempotency::canonical

@@ -1,7 +1,9 @@
 // The byte formats behind request_hash: the 64-digit text form of a digest,
-// the framing of request parts, and the canonical encoding of a jsonb
-// document.  A stored hash depends on these bytes, so they are defined here
-// once; request_hash.cpp reduces PostgreSQL values to them.
+// the framing of request parts, the canonical encoding of a jsonb document
+// (its numbers' two forms included), the nesting bound of a JSON body and
+// the encoding of a body hashed by its bytes.  A stored hash depends on these
+// bytes, so they are defined here once; request_hash.cpp reduces PostgreSQL
+// values to them, and doc/reference.md states them for a reimplementation.
 //
 // Pure C++: this header and its source never include PostgreSQL's headers,
 // so the fuzz harnesses in test/fuzz link them without a server.  Nothing here
@@ -54,14 +56,16 @@ void append_null_part(ByteSink sink);
 //  * jsonb already sorts object keys, keeps the last of duplicate keys and
 //    stores no whitespace; its iterator yields keys in that sorted order;
 //  * numbers are equal when numerically equal (1 = 1.0 = 1e0) although their
-//    text differs, so the caller gives them in a normalised text (PostgreSQL's
-//    numeric_normalize, which drops insignificant zeros);
+//    text differs, so the caller gives each in a form of its value without
+//    trailing fractional zeros (see "Numbers" below);
 //  * strings and keys are equal only byte for byte, so their bytes are used;
 //  * a top-level scalar ('1') is not equal to an array ('[1]'): jsonb stores
 //    it as a "raw scalar" pseudo-array, which gets its own opening tag;
 //  * every string and number is tagged and length-prefixed and every
 //    container closed, so the encoding of one document is never that of
 //    another.
+// The encoder keeps nothing between items: the caller streams the bytes
+// into the digest, so that hashing costs the document plus a constant.
 // ---------------------------------------------------------------------------
 
 // What the iterator yields.  Keys, values and array elements are encoded
@@ -75,9 +79,17 @@ enum class JsonbItem
     null,
     true_value,
     false_value,
-    string, // bytes: the string's bytes
-    number  // bytes: the normalised text of the number
+    string,       // bytes: the string's bytes
+    number,       // bytes: the number's short form, its text (see below)
+    number_binary // bytes: any other number, in numeric's binary form
 };
+
+// Every encoding that request_hash_body can hash starts with this prefix; a
+// body whose own bytes start with it is hashed under a tag of its own (see
+// "Request bodies" below), so that no body's bytes are ever a document's
+// encoding.
+constexpr char reserved_prefix[] = "idempotency.request_hash.";
+constexpr size_t reserved_prefix_length = sizeof reserved_prefix - 1;
 
 // The format's name, written first so that a later format can be told apart
 // from hashes already stored; its terminating NUL is part of it.
@@ -93,9 +105,69 @@ constexpr char tag_true = 't';
 constexpr char tag_false = 'f';
 constexpr char tag_string = 's';
 constexpr char tag_number = 'd';
+constexpr char tag_number_binary = 'N';
 
 void append_jsonb_header(ByteSink sink);
 // Appends one item; bytes and size matter only for strings and numbers.
 void append_jsonb_item(ByteSink sink, JsonbItem item, const void *bytes = nullptr, size_t size = 0);
+
+// ---------------------------------------------------------------------------
+// Numbers.  The caller takes t = trim_scale(n), the number's value with no
+// trailing fractional zeros, so that equal numbers have one form, and gives
+// it in one of two forms:
+//  * short: abs(t) < 1e64 and scale(t) <= 64.  Item `number`, with t's text
+//    as numeric's output function writes it (never an exponent): the text
+//    request_hash(jsonb) used for every number before 0.5.0, which such
+//    numbers keep, with the digests stored for them.  At most 64 digits
+//    before the point and 64 after it, whatever the input's spelling.
+//  * any other: item `number_binary`, with numeric_send(t), numeric's binary
+//    wire form: int16 ndigits, weight, sign, dscale, then ndigits base-10000
+//    digits, each big-endian.  Its size follows what the number stores, so
+//    1e131000 (10 bytes) is never written out as 131,001 digits.
+// Which form a number takes is read from the header of its binary form,
+// which the caller makes first: abs(t) < 1e64 is weight <= 15 (10000^16 =
+// 1e64), scale(t) is dscale.
+// ---------------------------------------------------------------------------
+
+constexpr int max_short_number_weight = 15;
+constexpr int max_short_number_scale = 64;
+constexpr size_t numeric_send_header_size = 8;
+
+// Whether the number whose numeric_send form is binary[0, size) takes the
+// short form; false for anything shorter than the header.
+bool number_has_short_form(const void *binary, size_t size) noexcept;
+
+// ---------------------------------------------------------------------------
+// JSON text nesting.  request_hash_body reads a JSON body by its value only
+// when it is nested at most max_json_nesting_depth deep, so that no parser
+// that recurses (PostgreSQL's does) ever runs on a body that would exhaust
+// its stack.  The depth of a text is the largest number of '[' and '{' open
+// at once, counting only those outside strings: a string starts at a '"'
+// outside a string and ends at the next '"' not escaped by a '\' (a '\'
+// inside a string escapes the byte after it); outside strings, ']' and '}'
+// close one (none when none is open).  For valid JSON this is the document's
+// container depth; for any other text it bounds the nesting a parser reaches
+// before it finds the error.  The scan reads each byte once, keeps two
+// counters, and never recurses.
+// ---------------------------------------------------------------------------
+
+constexpr size_t max_json_nesting_depth = 128;
+
+size_t json_nesting_depth(const void *text, size_t size) noexcept;
+
+// ---------------------------------------------------------------------------
+// Request bodies hashed by their bytes (request_hash_body's bytes rule): a
+// body is its own encoding, except one that starts with reserved_prefix,
+// which is encoded as body_bytes_encoding (its NUL included) followed by the
+// body.  So every body keeps the digest of its bytes unless it could be
+// taken for another rule's encoding, and no body's encoding is a document's
+// (those start with jsonb_encoding_v1, which differs from
+// body_bytes_encoding right after the prefix).
+// ---------------------------------------------------------------------------
+
+constexpr char body_bytes_encoding[] = "idempotency.request_hash.bytes";
+
+bool has_reserved_prefix(const void *data, size_t size) noexcept;
+void append_body_bytes(ByteSink sink, const void *data, size_t size);
 
 } // namespace idempotency::canonical

@@ -278,12 +278,11 @@ static bool tested_citus(const char *version)
     return false;
 }
 
-// The guard in front of Citus's private layout: the loaded library's
-// release (whose routines, flags and lock tags are used) and the installed
-// extension's (whose catalogs are read) must both be a tested pair with
-// this PostgreSQL major.  Every lookup of a routine in Citus's library
-// (exported) and every read of the layout goes through it first.
-static void require_tested_citus()
+// The guard in front of Citus's private layout (citus_placement.hpp): the
+// loaded library's release (whose routines, flags and lock tags are used)
+// and the installed extension's (whose catalogs are read) must both be a
+// tested pair with this PostgreSQL major.
+void require_tested_citus()
 {
     const char *library = GetConfigOption("citus.version", true, false);
     Oid citus = get_extension_oid("citus", true);

@@ -107,6 +107,15 @@ List *local_shards(Oid keys, LOCKMODE lockmode, bool skip_if_busy);
 // Whether this node is a Citus worker (a node other than the coordinator).
 bool worker_node();
 
+// The guard in front of Citus's private layout, and the one owner of the
+// rule of which Citus releases are tested on which PostgreSQL major: returns
+// when the loaded Citus library and the installed citus extension are both a
+// release tested on this major; otherwise 0A000, naming the untested one and
+// the tested pairs.  Every read of that layout and every lookup of a routine
+// in Citus's library go through it first, and idempotency_distribute()
+// (through idempotency.require_tested_citus()) before its first change.
+void require_tested_citus();
+
 // ---------------------------------------------------------------------------
 // For citus_routing.cpp: the layout and the locks it forwards calls under
 // (each is described where it is defined, in citus_placement.cpp)

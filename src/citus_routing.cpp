@@ -896,3 +896,20 @@ void guard_delegation()
 }
 
 } // namespace idempotency::citus
+
+// ---------------------------------------------------------------------------
+// Before the API is distributed
+// ---------------------------------------------------------------------------
+
+// idempotency.require_tested_citus(), which idempotency_distribute() calls
+// before its first change: the version guard of every call
+// (citus::require_tested_citus, the one list of tested releases), so that on
+// an untested Citus release or PostgreSQL major the distribution is refused
+// (0A000) with nothing changed, rather than done for calls that would then
+// all be refused.
+IDEMPOTENCY_FUNCTION(idempotency_require_tested_citus)
+{
+    (void)fcinfo;
+    idempotency::citus::require_tested_citus();
+    PG_RETURN_VOID();
+}

@@ -1,7 +1,9 @@
 // Citus routing, above the SQL functions: a call of the API whose scope's
 // shard Citus places on another node runs there (forward_call,
 // forward_replay, forward_read), and a call Citus may delegate is checked
-// before Citus plans it (guard_delegation).  Where keys are placed, under
+// before Citus plans it (guard_delegation); idempotency_distribute(), which
+// makes Citus delegate the calls, first checks the Citus release
+// (idempotency.require_tested_citus(), defined here).  Where keys are placed, under
 // which lock, and the commit protocol of a write are citus_placement.hpp's,
 // below storage: this module calls it, never the other way round.
 #pragma once

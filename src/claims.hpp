@@ -7,8 +7,10 @@
 //                      waiting, fencing, the holder's writes, forget, what a
 //                      lookup shows, and what is expired
 //   shared_claims.cpp  the shared claims table that arbitrates fresh claims,
-//                      and deferred claims (rules A, F, O, L, C, X and 1),
-//                      called by claims.cpp only (shared_claims.hpp)
+//                      and deferred claims (rules A, F, O, L, C, X and 1);
+//                      the read of a key's newest state that every decision
+//                      starts from (rule R); called by claims.cpp only
+//                      (shared_claims.hpp)
 // The SQL functions (api.cpp, inspect.cpp) call one entry point below for
 // each and take no key lock and wait on no transaction themselves.  The
 // storage layer below (store.hpp) knows rows and versions only, and never
@@ -98,6 +100,21 @@
 //      idempotency_forget) is written as a row, and the first claim's entry,
 //      whose owner outlives it, keeps answering for the key.  So a savepoint
 //      rollback never has two records of one key to reconcile.
+//  R.  Reading a version another transaction is changing.  A read of the
+//      newest version (read_latest) that finds the committed version being
+//      deleted or replaced by a transaction in progress goes on to that
+//      transaction's new version; a replacement is always found while its
+//      transaction is in progress (store.cpp, read_replacement).  A read that
+//      ends without a version therefore saw a deletion -- or a transaction
+//      that ended between the two checks: one that rolled back (the
+//      committed version is the record again, and the new one is gone) or
+//      committed a deletion.  So before it answers held without a version,
+//      the reader checks that the holder is still in progress, and if not
+//      reads the key again: the committed version, its replacement or no
+//      record, what it would read a moment later.  A holder still in progress
+//      after the read cannot have rolled back within it: the answer is a
+//      deletion in progress, and a lookup or a begin never answers with the
+//      NULL columns of a record that exists.
 //
 // The rules of a record's life after its claim:
 //  T.  Takeover and fencing.  Every claim has an attempt: 1 when fresh.  An
@@ -143,7 +160,8 @@
 //   absent        nothing, or nothing another transaction holds  claimed (A, F, K)
 //   expired       committed, past its expiry (E)                 claimed over it (K, E)
 //   held          another transaction's uncommitted claim, or a  in_progress, retry in 1 s;
-//                 version it is deleting or replacing            waits on it (W)
+//                 version it is deleting or replacing (while it  waits on it (W)
+//                 is in progress: R)
 //   leased        a committed unfinished claim, lease running    in_progress until the lease
 //                                                                ends; polls it (W)
 //   lease ended   an unfinished claim, lease over (committed,    claimed: taken over,
@@ -165,6 +183,8 @@
 //   takeover, same request              K T       lease_takeover, api.sql
 //   takeover of another request's       K T       store_api, store_api.sql
 //   wait for a holder, then decide      W         wait_timeouts, claim_race, deferred_claims
+//   read while a deletion or            R         replacement_rollback, replaced_version,
+//     replacement rolls back or commits           t/023, t/024
 //   complete                            H T       api.sql, lease_takeover, store_api
 //   replace a stored response           H T       store_api.sql
 //   complete a 5xx, not stored: the     H         api.sql
@@ -321,7 +341,8 @@ bool forget(store::Storage &storage, const store::Key &key, Fence fence);
 // transaction still in progress included.  Neither waits.  False when it
 // shows nothing: no record, or an expired one (E).  A key that another
 // transaction is deleting shows as not found, held by that transaction; one
-// it is replacing, as the replacement, held by it (store.cpp, read_replacement).
+// it is replacing, as the replacement, held by it (store.cpp, read_replacement);
+// one whose deletion or replacement ended during the read, as it is after (R).
 bool lookup(const store::Storage &storage, const store::Key &key, bool latest,
             store::Record *record);
 // Writes the rows of this transaction's deferred claims that have none yet,

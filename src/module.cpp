@@ -2,6 +2,7 @@
 #include "boundary.hpp"
 #include "citus_routing.hpp"
 #include "claims.hpp"
+#include "log_gate.hpp"
 #include "module.hpp"
 #include "stats.hpp"
 #include "worker.hpp"
@@ -174,6 +175,10 @@ void _PG_init(void)
 {
     idempotency::guarded([] {
         idempotency::settings::define();
+        // In every backend that loads the library, preloaded or not: a
+        // session's first statement may fail before any of our functions
+        // is called (log_gate.cpp).
+        idempotency::log_gate::install();
         // Shared memory and workers exist only when the library is preloaded;
         // loaded later, the functions work and count nothing.
         if (!process_shared_preload_libraries_in_progress)

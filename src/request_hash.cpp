@@ -3,9 +3,10 @@
 //
 // PostgreSQL-facing code, written C-style (see boundary.hpp): only trivially
 // destructible locals, palloc and ereport.  It calls into pure C++ for the
-// byte formats (canonical.hpp) and for sha256(), which may throw; every SQL
-// function is an IDEMPOTENCY_FUNCTION, so its guard turns such an exception
-// into an ERROR.
+// byte formats (canonical.hpp) and for SHA-256 (sha256.hpp), which may throw;
+// every SQL function is an IDEMPOTENCY_FUNCTION, so its guard turns such an
+// exception into an ERROR.  The encodings are streamed into the digest (see
+// "Streaming digests"), so that no input is ever copied whole to be hashed.
 #include "canonical.hpp"
 #include "sha256.hpp"
 #include "request_hash.hpp"
@@ -19,9 +20,11 @@ extern "C"
 #include "lib/stringinfo.h"
 #include "libpq/pqformat.h"
 #include "mb/pg_wchar.h"
+#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
+#include "utils/memutils.h"
 #include "utils/numeric.h"
 }
 
@@ -127,24 +130,121 @@ Datum hash_varlena(const struct varlena *value)
     return hash_bytes(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
 }
 
-void append_to_string_info(void *context, const void *data, size_t size)
+// ---------------------------------------------------------------------------
+// Streaming digests: an encoding is hashed as it is produced, never collected
+// whole, so that hashing costs the input plus a constant.  Its bytes gather in
+// a buffer on the stack; an encoding that fits is hashed in one call, as a
+// string is.  One that outgrows the buffer gets a libcrypto context, fed a
+// buffer at a time.  That context is malloc'd by libcrypto, and a PostgreSQL
+// error (a cancel, a failed palloc, the error an exception becomes) may
+// longjmp out of the hashing past any code that would free it.  So it is
+// owned by a memory context made for it, a child of the caller's, whose reset
+// callback frees it: finishing deletes that child, and an error's cleanup,
+// which resets or deletes the caller's context, takes the child with it.
+// ---------------------------------------------------------------------------
+
+constexpr size_t digest_buffer_size = 4096;
+
+struct LibcryptoDigest
 {
-    appendBinaryStringInfo(static_cast<StringInfo>(context), static_cast<const char *>(data),
-                           static_cast<int>(size));
+    MemoryContextCallback callback;
+    Sha256Context *context; // nullptr once freed
+};
+
+struct DigestStream
+{
+    MemoryContext owner; // nullptr until the encoding outgrows the buffer
+    LibcryptoDigest *digest;
+    size_t used;
+    uint8_t buffer[digest_buffer_size];
+};
+
+// A reset callback, which PostgreSQL calls (and may call during an error's
+// cleanup): it must neither throw nor raise, and sha256_free does neither.
+void free_libcrypto_digest(void *arg)
+{
+    LibcryptoDigest *digest = static_cast<LibcryptoDigest *>(arg);
+    sha256_free(digest->context);
+    digest->context = nullptr;
 }
 
-// Encoded bytes collect in `out`, which grows in the current memory context.
-canonical::ByteSink string_info_sink(StringInfo out)
+Sha256Context *libcrypto_context(DigestStream *stream)
 {
-    return canonical::ByteSink{out, append_to_string_info};
+    if (stream->owner == nullptr)
+    {
+        // The callback is in place before the context exists, so that no
+        // moment leaves it unowned.
+        MemoryContext owner = AllocSetContextCreate(CurrentMemoryContext, "request_hash digest",
+                                                    ALLOCSET_SMALL_SIZES);
+        LibcryptoDigest *digest =
+            static_cast<LibcryptoDigest *>(MemoryContextAllocZero(owner, sizeof(LibcryptoDigest)));
+        digest->callback.func = free_libcrypto_digest;
+        digest->callback.arg = digest;
+        MemoryContextRegisterResetCallback(owner, &digest->callback);
+        stream->owner = owner;
+        stream->digest = digest;
+        digest->context = sha256_begin();
+    }
+    return stream->digest->context;
 }
+
+void append_to_digest(void *context, const void *data, size_t size)
+{
+    DigestStream *stream = static_cast<DigestStream *>(context);
+    if (size <= digest_buffer_size - stream->used)
+    {
+        if (size > 0)
+            memcpy(stream->buffer + stream->used, data, size);
+        stream->used += size;
+        return;
+    }
+    Sha256Context *libcrypto = libcrypto_context(stream);
+    sha256_update(libcrypto, stream->buffer, stream->used);
+    stream->used = 0;
+    if (size < digest_buffer_size)
+    {
+        memcpy(stream->buffer, data, size);
+        stream->used = size;
+    }
+    else
+        sha256_update(libcrypto, data, size);
+    // A long encoding can be cancelled, after each buffer's worth.
+    CHECK_FOR_INTERRUPTS();
+}
+
+canonical::ByteSink digest_sink(DigestStream *stream)
+{
+    stream->owner = nullptr;
+    stream->digest = nullptr;
+    stream->used = 0;
+    return canonical::ByteSink{stream, append_to_digest};
+}
+
+Datum finish_digest(DigestStream *stream)
+{
+    RequestHash *hash = palloc_request_hash();
+    if (stream->owner == nullptr)
+    {
+        sha256(stream->buffer, stream->used, hash->bytes);
+        return PointerGetDatum(hash);
+    }
+    sha256_update(stream->digest->context, stream->buffer, stream->used);
+    sha256_final(stream->digest->context, hash->bytes);
+    MemoryContextDelete(stream->owner); // its callback frees the libcrypto context
+    return PointerGetDatum(hash);
+}
+
+// ---------------------------------------------------------------------------
+// The encodings.  Each function that holds a DigestStream (4 kB on the stack)
+// is kept out of its callers, so that the buffer is not on the stack while
+// a caller runs a parser that recurses.
+// ---------------------------------------------------------------------------
 
 // Frames each part of a VARIADIC text[].  Only one dimension is accepted:
 // flattening would hash '{{a,b}}' like '{a,b}', and a caller who passes a
 // matrix has most likely made a mistake.  An empty array is zero parts.
-void append_framed_parts(StringInfo out, ArrayType *parts)
+pg_noinline Datum hash_parts(ArrayType *parts)
 {
-    canonical::ByteSink sink = string_info_sink(out);
     if (ARR_NDIM(parts) > 1)
         ereport(ERROR,
                 (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -156,6 +256,8 @@ void append_framed_parts(StringInfo out, ArrayType *parts)
     bool *nulls;
     int count;
     deconstruct_array(parts, TEXTOID, -1, false, TYPALIGN_INT, &elements, &nulls, &count);
+    DigestStream stream;
+    canonical::ByteSink sink = digest_sink(&stream);
     for (int i = 0; i < count; i++)
     {
         if (nulls[i])
@@ -166,10 +268,36 @@ void append_framed_parts(StringInfo out, ArrayType *parts)
         const text *part = DatumGetTextPP(elements[i]);
         canonical::append_part(sink, VARDATA_ANY(part), VARSIZE_ANY_EXHDR(part));
     }
+    return finish_digest(&stream);
+}
+
+// A number in its short or binary form (canonical.hpp), from numeric's own
+// routines: trim_scale, numeric_send, and numeric_out for a short one.  What
+// each allocates is freed at once, so that a document's numbers cost no more
+// memory together than one does.
+void append_jsonb_number(canonical::ByteSink sink, Numeric number)
+{
+    Datum trimmed = DirectFunctionCall1(numeric_trim_scale, NumericGetDatum(number));
+    Datum binary = DirectFunctionCall1(numeric_send, trimmed);
+    const char *binary_bytes = VARDATA(DatumGetPointer(binary));
+    size_t binary_size = VARSIZE(DatumGetPointer(binary)) - VARHDRSZ;
+    if (canonical::number_has_short_form(binary_bytes, binary_size))
+    {
+        char *text = DatumGetCString(DirectFunctionCall1(numeric_out, trimmed));
+        canonical::append_jsonb_item(sink, canonical::JsonbItem::number, text, strlen(text));
+        pfree(text);
+    }
+    else
+        canonical::append_jsonb_item(sink, canonical::JsonbItem::number_binary, binary_bytes,
+                                     binary_size);
+    pfree(DatumGetPointer(binary));
+    if (DatumGetPointer(trimmed) != DatumGetPointer(NumericGetDatum(number)))
+        pfree(DatumGetPointer(trimmed));
 }
 
 // The canonical encoding of a jsonb document (see canonical.hpp): jsonb's
-// iterator yields the items in order, and numbers are normalised here.
+// iterator, which keeps its place in a list rather than by recursion, yields
+// the items in order.
 void append_jsonb_scalar(canonical::ByteSink sink, const JsonbValue *value)
 {
     switch (value->type)
@@ -187,12 +315,8 @@ void append_jsonb_scalar(canonical::ByteSink sink, const JsonbValue *value)
                                          value->val.string.len);
             return;
         case jbvNumeric:
-        {
-            const char *digits = numeric_normalize(value->val.numeric);
-            canonical::append_jsonb_item(sink, canonical::JsonbItem::number, digits,
-                                         strlen(digits));
+            append_jsonb_number(sink, value->val.numeric);
             return;
-        }
         default:
             // The iterator descends into containers, so only scalars arrive.
             ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
@@ -227,9 +351,10 @@ void append_jsonb_token(canonical::ByteSink sink, JsonbIteratorToken token, cons
     }
 }
 
-void append_jsonb_encoding(StringInfo out, Jsonb *document)
+pg_noinline Datum hash_jsonb(Jsonb *document)
 {
-    canonical::ByteSink sink = string_info_sink(out);
+    DigestStream stream;
+    canonical::ByteSink sink = digest_sink(&stream);
     canonical::append_jsonb_header(sink);
     JsonbIterator *iterator = JsonbIteratorInit(&document->root);
     JsonbValue value;
@@ -239,14 +364,16 @@ void append_jsonb_encoding(StringInfo out, Jsonb *document)
         token = JsonbIteratorNext(&iterator, &value, false);
         append_jsonb_token(sink, token, &value);
     } while (token != WJB_DONE);
+    return finish_digest(&stream);
 }
 
-Datum hash_jsonb(Jsonb *document)
+// request_hash_body's bytes rule (canonical.hpp): the body's bytes, under a
+// tag only when they start with the reserved prefix.
+pg_noinline Datum hash_body_bytes(const char *data, size_t size)
 {
-    StringInfoData encoding;
-    initStringInfo(&encoding);
-    append_jsonb_encoding(&encoding, document);
-    return hash_bytes(encoding.data, encoding.len);
+    DigestStream stream;
+    canonical::append_body_bytes(digest_sink(&stream), data, size);
+    return finish_digest(&stream);
 }
 
 // ---------------------------------------------------------------------------
@@ -360,33 +487,41 @@ static bool is_json_media_type(const text *content_type)
             pg_strncasecmp(subtype + subtype_len - suffix_len, suffix, suffix_len) == 0);
 }
 
+// request_hash_body's JSON rule, its conditions cheapest first: a JSON media
+// type, text in the database's encoding, nested at most 128 deep -- decided
+// by a scan that does not recurse, before any parser that does runs, so that
+// no body fails for its depth -- and one document that jsonb reads (no
+// \u0000, no lone surrogate), asked of PostgreSQL's parser without an error.
+static bool is_json_body(const text *content_type, char *data, int len)
+{
+    return is_json_media_type(content_type) && pg_verifymbstr(data, len, true) &&
+           canonical::json_nesting_depth(data, size_t(len)) <= canonical::max_json_nesting_depth &&
+           compat::is_json_document(data, len, GetDatabaseEncoding());
+}
+
 // request_hash_body(content_type, body): the one rule by which every package
 // of the project (middleware/) fingerprints a request's body, so that one
-// request has one fingerprint whichever package serves it.  A body of a JSON
-// media type that jsonb reads (text of the database's encoding, no \u0000,
-// no lone surrogate) is hashed by its value, as request_hash_jsonb does:
-// key order and spacing do not matter.  Any other body, a JSON one jsonb
-// would refuse included, by its bytes, as request_hash_bytea does: a request
-// is not refused for its body.  (A number beyond numeric's range still
-// raises numeric's error, 22003, as request_hash_jsonb does.)
+// request has one fingerprint whichever package serves it.  A body that
+// meets the JSON rule is hashed by its value, as request_hash_jsonb does: key
+// order and spacing do not matter.  Any other body, a JSON one jsonb would
+// refuse or one nested deeper included, by its bytes (the bytes rule,
+// canonical.hpp): a request is not refused for its body.  (A number beyond
+// numeric's range still raises numeric's error, 22003, as request_hash_jsonb
+// does.)  Both rules cost memory and stack in proportion to the body.
 IDEMPOTENCY_FUNCTION(request_hash_from_body)
 {
     bytea *body = PG_GETARG_BYTEA_PP(1);
     char *data = VARDATA_ANY(body);
     int len = VARSIZE_ANY_EXHDR(body);
-    if (!is_json_media_type(PG_GETARG_TEXT_PP(0)) || !pg_verifymbstr(data, len, true) ||
-        !compat::is_json_document(data, len, GetDatabaseEncoding()))
-        return hash_varlena(body);
+    if (!is_json_body(PG_GETARG_TEXT_PP(0), data, len))
+        return hash_body_bytes(data, size_t(len));
     Datum document = DirectFunctionCall1(jsonb_in, CStringGetDatum(pnstrdup(data, len)));
     return hash_jsonb(DatumGetJsonbP(document));
 }
 
 IDEMPOTENCY_FUNCTION(request_hash_from_parts)
 {
-    StringInfoData framed;
-    initStringInfo(&framed);
-    append_framed_parts(&framed, PG_GETARG_ARRAYTYPE_P(0));
-    return hash_bytes(framed.data, framed.len);
+    return hash_parts(PG_GETARG_ARRAYTYPE_P(0));
 }
 
 IDEMPOTENCY_FUNCTION(request_hash_from_digest)

@@ -433,10 +433,28 @@ static store::Record as_held(store::Record version)
     return held;
 }
 
+// Rule R: whether `record`, read through store::read_latest, is a key held
+// by a transaction that has ended since: one that was deleting or replacing
+// its committed version when the read checked it, and whose new version,
+// checked after its end, was not there to show.
+static bool holder_ended(const store::Record &record)
+{
+    return !record.found && record.held_by_other() && !TransactionIdIsInProgress(record.writer_xid);
+}
+
 // The newest version of the key in the table, as a claimer must see it.
 static store::Record latest_version(const store::Storage &storage, const store::Key &key)
 {
     store::Record record = store::read_latest(storage, key);
+    // Rule R: read again what the holder's end left -- the committed version
+    // again after a rollback, its replacement or no record after a commit.
+    // Each turn needs another transaction to have changed the key and ended
+    // during the read.
+    while (holder_ended(record))
+    {
+        CHECK_FOR_INTERRUPTS();
+        record = store::read_latest(storage, key);
+    }
     return record.found && record.held_by_other() ? as_held(record) : record;
 }
 

@@ -1,7 +1,8 @@
 // The shared claims table, and the deferred claims it makes possible: rules
 // A, F, O, L, C, X and 1 of claims.hpp, which states them and why each is
-// needed.  Part of the claims module, for claims.cpp only: the SQL functions
-// call claims.hpp's entry points, never these.
+// needed; and the read of a key's newest state (read_latest, rule R).  Part
+// of the claims module, for claims.cpp only: the SQL functions call
+// claims.hpp's entry points, never these.
 #pragma once
 
 #include "claims.hpp"
@@ -22,8 +23,9 @@ struct Ticket
 // transaction holds reads the same from its entry or its row, whether its
 // claim was deferred or not: in progress, with the claim's request, attempt,
 // created_at and claim data, and NULL for all that transaction may still
-// change or roll back (a response, the lease, the expiry).  With `ticket`,
-// what a fresh claim of an absent key needs to publish.
+// change or roll back (a response, the lease, the expiry).  A key whose
+// deletion or replacement ended during the read is read again (rule R).
+// With `ticket`, what a fresh claim of an absent key needs to publish.
 store::Record read_latest(const store::Storage &storage, const store::Key &key,
                           Ticket *ticket = nullptr);
 // The key as `snapshot` sees it, this transaction's deferred claim included.

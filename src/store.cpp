@@ -587,7 +587,8 @@ static void read_replacement(const Storage &storage, const Key &key, ItemPointer
 // progress (including each member of a HOT chain).  The newest is the one no
 // other transaction is deleting or replacing; a replacement comes later in
 // the scan, or, not indexed yet, at the end of the update chain
-// (read_replacement); when there is none, the version is being deleted: the
+// (read_replacement); when there is none, the version is being deleted (or
+// its replacement rolled back after the scan checked it: see Record): the
 // key is then held by that transaction.
 // *passed_over tells whether an index entry led to no visible version.
 static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot,
@@ -642,6 +643,7 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
             record.writer = Writer::other;
             record.writer_xid = snapshot->xmax;
             replaced = slot->tts_tid;
+            pause_for_test(fault_pause_in_read, 18762);
             continue;
         }
         decode_newest(storage, slot, snapshot, record);

@@ -146,7 +146,10 @@ enum class Writer
 // One version of a row, decoded.  Datums point into palloc'd memory of the
 // calling context; varlena values may still be compressed or TOASTed.
 // found == false with writer == other: no version is readable, because a
-// transaction still in progress is deleting or replacing the newest one.
+// transaction in progress when the read checked the newest version is
+// deleting or replacing it.  It may have ended before the read returned (a
+// rollback takes its new version with it): the caller decides what that
+// means (claims.hpp, rule R).
 struct Record
 {
     bool found;

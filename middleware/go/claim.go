@@ -19,9 +19,16 @@ type Claim struct {
 	attempt       int64
 	recoveryPoint sql.NullString
 	lease         time.Duration
+	// transaction is the server transaction begin ran in (serverTransaction), which
+	// complete must run in too; "" in two-phase mode, where they differ by design.
+	transaction string
 }
 
 type claimKey struct{}
+
+// errSplit is complete's when it did not run in begin's server transaction: a pooler
+// split the request's transaction (middleware.split answers it).
+var errSplit = errors.New("idempotency: idempotency_begin and idempotency_complete ran in different server transactions")
 
 // session begins the request's transactions: the *sql.DB, or in two-phase mode one
 // *sql.Conn for all of them, so that the handler's transaction, begun after the claim's
@@ -114,12 +121,19 @@ func (c *Claim) complete(answer *response, o Options) error {
 	if err != nil {
 		return err
 	}
-	var stored bool
+	var transaction interface{} // NULL: not checked
+	if c.transaction != "" {
+		transaction = c.transaction
+	}
+	var stored sql.NullBool
 	if err := c.tx.QueryRowContext(c.ctx, completeSQL, c.scope, c.key, answer.status, headers,
-		nonNil(answer.body), c.attempt).Scan(&stored); err != nil {
+		nonNil(answer.body), c.attempt, transaction).Scan(&stored); err != nil {
 		return err
 	}
-	if !stored {
+	if !stored.Valid {
+		return errSplit
+	}
+	if !stored.Bool {
 		return errors.New("idempotency_complete did not store the response")
 	}
 	return c.tx.Commit()

@@ -28,6 +28,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Options configure Middleware. The zero value gives the defaults every package of the
@@ -159,6 +160,10 @@ func (m *middleware) answer(r *http.Request) *response {
 		}
 		return m.unprotected(r)
 	}
+	// The key is the header's bytes, as UTF-8 text, in every package of the project.
+	if !utf8.ValidString(keys[0]) {
+		return problem(http.StatusBadRequest, keyNotUTF8, "", 0)
+	}
 	scope, err := m.scope(r)
 	if err != nil {
 		m.options.ErrorLog.Printf("idempotency: the tenant or scope hook failed: %v", err)
@@ -188,8 +193,9 @@ func (m *middleware) answer(r *http.Request) *response {
 		return m.unclaimed(begun)
 	}
 	c := &Claim{session: session, ctx: r.Context(), tx: tx, scope: scope, key: keys[0], attempt: begun.attempt,
-		recoveryPoint: begun.recoveryPoint, lease: lease}
+		recoveryPoint: begun.recoveryPoint, lease: lease, transaction: begun.transaction}
 	if lease > 0 {
+		c.transaction = "" // the claim commits here; complete runs in a later transaction
 		// Two-phase: the claim commits at once; the handler writes in a new transaction.
 		if err := tx.Commit(); err != nil {
 			return m.failure(r, err)
@@ -306,12 +312,33 @@ func (m *middleware) run(r *http.Request, c *Claim, maxResponseBytes int64) *res
 	}
 	if err := c.complete(answer, m.options); err != nil {
 		c.abandon(m.options.ErrorLog)
-		if sqlstate(err) == "54000" {
+		switch {
+		case errors.Is(err, errSplit):
+			return m.split()
+		case sqlstate(err) == "54000":
 			return m.responseTooLarge(maxResponseBytes)
 		}
 		return m.failure(r, err)
 	}
 	return answer
+}
+
+// The answers of this package's own whose text every package of the project shares.
+const (
+	keyNotUTF8 = "The Idempotency-Key header is not valid UTF-8"
+	splitTitle = "The request's transaction was split by a connection pooler"
+)
+
+// split answers a request whose begin and complete ran in different server transactions
+// (errSplit): its work was rolled back, and the operator learns which setting to change.
+func (m *middleware) split() *response {
+	const detail = "idempotency_begin and idempotency_complete ran in different server " +
+		"transactions, so the work was rolled back and nothing was stored. Behind a pooler in " +
+		"transaction mode (PgBouncer before 1.21) use lib/pq, or pgx with " +
+		"statement_cache_mode=describe (v4) or default_query_exec_mode=exec (v5); from " +
+		"PgBouncer 1.21 set max_prepared_statements; or use the pooler's session mode."
+	m.options.ErrorLog.Print("idempotency: ", detail)
+	return problem(http.StatusInternalServerError, splitTitle, detail, 0)
 }
 
 // unprotected runs a request without a key (KeyOptional) in a transaction of its own, as

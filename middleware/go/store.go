@@ -22,20 +22,33 @@ const (
 	// over its limit).
 	beginSQL = `SELECT b.outcome::text, b.attempt, b.response_status, b.response_headers::text,
        b.response_body_bytes, b.response_body_omitted, b.retry_after_seconds, b.recovery_point,
-       pg_catalog.current_setting('idempotency.max_response_bytes', true)
+       pg_catalog.current_setting('idempotency.max_response_bytes', true), ` + serverTransaction + `
   FROM idempotency_begin($1::text, $2::text,
          request_hash_parts($3::text, $4::text, $5::text, $6::text,
            request_hash_body($7::text, $8::bytea)::text),
          ttl => $9::interval, lease => $10::interval, wait => $11::interval) b`
 	// omit_oversized => false: a response over idempotency.max_response_bytes raises
 	// 54000 instead of being stored without its body, so that it is never acknowledged.
-	completeSQL = `SELECT idempotency_complete($1::text, $2::text, $3::integer,
-         response_headers => $4::jsonb, response_body_bytes => $5::bytea,
-         attempt => $6::integer, omit_oversized => false)`
+	// It completes only in the server transaction that begin ran in ($7, begin's
+	// serverTransaction; NULL in two-phase mode, where they differ by design), and is
+	// NULL otherwise: a pooler split the request's transaction.
+	completeSQL = `SELECT CASE WHEN $7::text IS NULL OR $7::text = ` + serverTransaction + `
+         THEN idempotency_complete($1::text, $2::text, $3::integer,
+           response_headers => $4::jsonb, response_body_bytes => $5::bytea,
+           attempt => $6::integer, omit_oversized => false) END`
 	checkpointSQL        = `SELECT idempotency_checkpoint($1::text, $2::text, $3::text, attempt => $4::integer)`
 	releaseSQL           = `SELECT idempotency_release($1::text, $2::text, attempt => $3::integer)`
 	storeServerErrorsSQL = `SELECT pg_catalog.set_config('idempotency.store_server_errors', 'on', true)`
 )
+
+// serverTransaction names the server transaction a statement runs in: the server process
+// and the transaction's start, as text that no setting changes. A pooler in transaction
+// mode runs a transaction on one server connection from BEGIN to its end, so begin and
+// complete name the same one unless the transaction was split: ended early (a driver's
+// named statement run as another client's COMMIT or ROLLBACK, on a server connection
+// where the name was prepared by that client) with the rest run elsewhere.
+const serverTransaction = `pg_catalog.concat(pg_catalog.pg_backend_pid(), ' ',
+         pg_catalog.to_char(pg_catalog.timezone('UTC', pg_catalog.now()), 'YYYY-MM-DD HH24:MI:SS.US'))`
 
 // fingerprint is what request_hash_parts hashes (middleware.fingerprint).
 type fingerprint struct {
@@ -55,6 +68,7 @@ type begun struct {
 	retryAfter       int
 	recoveryPoint    sql.NullString
 	maxResponseBytes int64
+	transaction      string // serverTransaction where begin ran
 }
 
 func begin(ctx context.Context, tx *sql.Tx, scope, key string, f fingerprint, o Options, lease time.Duration) (*begun, error) {
@@ -64,7 +78,7 @@ func begin(ctx context.Context, tx *sql.Tx, scope, key string, f fingerprint, o 
 	var limit sql.NullString
 	err := tx.QueryRowContext(ctx, beginSQL, scope, key, f.method, f.route, f.path, f.query, f.contentType, nonNil(f.body),
 		interval(o.TTL), interval(lease), interval(o.Wait)).Scan(&b.outcome, &attempt, &status, &b.headers,
-		&b.body, &omitted, &retryAfter, &b.recoveryPoint, &limit)
+		&b.body, &omitted, &retryAfter, &b.recoveryPoint, &limit, &b.transaction)
 	if err != nil {
 		return nil, err
 	}

@@ -103,12 +103,31 @@ const answers = {
     detail: `It was over ${LIMIT} and was stored without its body; a replay would not be the first answer.` }),
   mismatch: () => problem(422, 'The Idempotency-Key was used for a different request'),
   inProgress: (retryAfter) => problem(409, 'A request with this Idempotency-Key is in progress', { retryAfter }),
+  keyNotUtf8: () => problem(400, 'The Idempotency-Key header is not valid UTF-8'),
+  split: () => problem(500, "The request's transaction was split by a connection pooler", { detail: SPLIT }),
 };
 
-// A request without the key header, when the key is required, answers 400 before the
-// body is read or any hook runs.
-function keyRefusal(key, options) {
-  return key == null && options.required ? answers.keyRequired() : null;
+const SPLIT = 'idempotency_begin and idempotency_complete did not run in one server transaction that '
+  + 'committed, so the work was rolled back and nothing was stored. Behind a pooler in transaction '
+  + 'mode (PgBouncer before 1.21), give node-postgres queries no name; from PgBouncer 1.21 set '
+  + "max_prepared_statements; or use the pooler's session mode.";
+
+// The key of a request, from its header as Node's parser gives it (a byte per character,
+// latin1), or the answer instead: 400 when it is required and missing, or not UTF-8.  The
+// key is the header's bytes read as UTF-8 in every package of the project, so that a
+// retry moved to another package finds its key.  A string with a character past U+00FF was
+// decoded before (not by Node's parser) and is taken as it is.
+const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+function keyOf(header, options) {
+  if (header == null) return { key: null, refusal: options.required ? answers.keyRequired() : null };
+  if (/[^\x00-\xff]/.test(header)) {
+    return /\p{Surrogate}/u.test(header) ? { refusal: answers.keyNotUtf8() } : { key: header, refusal: null };
+  }
+  try {
+    return { key: UTF8.decode(Buffer.from(header, 'latin1')), refusal: null };
+  } catch {
+    return { refusal: answers.keyNotUtf8() };
+  }
 }
 
 // The scope of a request: options.scope(request), or the tenant, per route with
@@ -126,6 +145,15 @@ function hookText(value, hook) {
   if (typeof value === 'number' || typeof value === 'bigint') return String(value);
   throw new TypeError(`pg-idempotency: the ${hook} hook returned ${value === null ? 'null' : typeof value}, not a string`);
 }
+
+// The server transaction a statement runs in: the server process and the transaction's
+// start, as text that no setting changes.  A pooler in transaction mode runs a
+// transaction on one server connection from BEGIN to its end, so begin and complete name
+// the same one unless the transaction was split: ended early (a driver's named statement
+// run as another client's COMMIT or ROLLBACK, where that client prepared the name) with
+// the rest run elsewhere.
+const SERVER_TRANSACTION = `pg_catalog.concat(pg_catalog.pg_backend_pid(), ' ',
+  pg_catalog.to_char(pg_catalog.timezone('UTC', pg_catalog.now()), 'YYYY-MM-DD HH24:MI:SS.US'))`;
 
 // A JSON content type: application/json or any application/...+json.
 function isJsonType(contentType) {
@@ -154,7 +182,8 @@ async function begin(client, request, options, lease) {
   const { rows } = await client.query(
     `SELECT outcome::text AS outcome, response_status, response_headers, response_body_bytes,
             response_body_omitted, retry_after_seconds, attempt, recovery_point,
-            current_setting('idempotency.max_response_bytes', true) AS max_response_bytes
+            current_setting('idempotency.max_response_bytes', true) AS max_response_bytes,
+            ${SERVER_TRANSACTION} AS server_transaction
        FROM idempotency_begin($1, $2, ${hash.sql}${named.map((n) => ', ' + n).join('')})`,
     params,
   );
@@ -191,22 +220,25 @@ const COMPLETE = `idempotency_complete($1, $2, $3, response_headers => $4::jsonb
                                       response_body_bytes => $5, attempt => $6::integer,
                                       omit_oversized => false)`;
 
-// Stores the response; whether it was stored.  The server stores a 5xx (which only
+// Stores the response: true when stored, false when not, null when the statement did not
+// run in `transaction`, the server transaction begin ran in (null: not checked, in
+// two-phase mode, where they differ by design).  The server stores a 5xx (which only
 // options.storeServerErrors asks for) only with idempotency.store_server_errors on: it is
 // set for the transaction first, in the same statement -- a CASE evaluates its condition
 // before its result (PostgreSQL's manual, "Expression Evaluation Rules").
-async function complete(client, request, response, options, attempt) {
+async function complete(client, request, response, options, attempt, transaction) {
   const headers = {};
   for (const [name, value] of Object.entries(response.headers)) {
     if (options.storedHeaders.includes(name.toLowerCase())) headers[name.toLowerCase()] = String(value);
   }
-  const sql = response.status >= 500
-    ? `SELECT CASE WHEN pg_catalog.set_config('idempotency.store_server_errors', 'on', true) IS NOT NULL
-                   THEN ${COMPLETE} END AS stored`
-    : `SELECT ${COMPLETE} AS stored`;
-  const { rows } = await client.query(sql,
-    [request.scope, request.key, response.status, JSON.stringify(headers), response.body, attempt ?? null]);
-  return rows[0].stored === true;
+  const serverErrors = response.status >= 500
+    ? " AND pg_catalog.set_config('idempotency.store_server_errors', 'on', true) IS NOT NULL" : '';
+  const { rows } = await client.query(
+    `SELECT CASE WHEN ($7::text IS NULL OR $7::text = ${SERVER_TRANSACTION})${serverErrors}
+                 THEN ${COMPLETE} END AS stored`,
+    [request.scope, request.key, response.status, JSON.stringify(headers), response.body, attempt ?? null,
+      transaction ?? null]);
+  return rows[0].stored;
 }
 
 // What a handler writes, held until it is stored: the chunks up to `cap` bytes, and only
@@ -270,7 +302,7 @@ class Course {
   // in the claim's transaction.
   async start() {
     if (this.request.key == null) {
-      const refusal = keyRefusal(null, this.options);
+      const { refusal } = keyOf(null, this.options);
       if (refusal) return refusal;
       this.client = await this.pool.connect();
       this.unprotected = true;
@@ -286,6 +318,8 @@ class Course {
         this.attempt = row.attempt;
         this.recoveryPoint = row.recovery_point;
         this.maxResponseBytes = bytesOf(row.max_response_bytes);
+        // complete must run in this server transaction, unless the claim commits here.
+        this.transaction = lease == null ? row.server_transaction : null;
         if (lease != null) await this.client.query('COMMIT; BEGIN');
         return null;
       }
@@ -325,8 +359,8 @@ class Course {
   async finish(response) {
     try {
       if (this.unprotected) {
-        await this.end('COMMIT');
-        return response;
+        if (await this.commit()) return response;
+        throw new Error('pg-idempotency: the server answered COMMIT with ROLLBACK');
       }
       if (response.body == null) {
         await this.abort();
@@ -337,15 +371,20 @@ class Course {
         return response;
       }
       const stored = await complete(this.client, this.request, response, this.options,
-        this.options.lease != null ? this.attempt : null);
+        this.options.lease != null ? this.attempt : null, this.transaction);
+      if (stored == null) {
+        // begin and complete ran in different server transactions: a pooler split the
+        // request's, and part of its work may have run outside it.  Nothing is acknowledged.
+        await this.abort();
+        return answers.split();
+      }
       if (!stored) {
         // Nothing stored: the work must not commit without its response, or a retry
         // would run it again.  Rolled back, the 5xx is sent as any 5xx not stored.
         await this.abort();
         return response;
       }
-      await this.end('COMMIT');
-      return response;
+      return await this.commit() ? response : answers.split();
     } catch (error) {
       await this.end('ROLLBACK');
       if (error && error.code === '54000') return answers.responseTooLarge(error.detail);
@@ -374,6 +413,23 @@ class Course {
       }
     }
     await this.end('ROLLBACK');
+  }
+
+  // Commits and gives the connection back: whether the server committed.  A response goes
+  // out only once its transaction is known to have committed: the COMMIT of a transaction
+  // that failed answers ROLLBACK.  An error is thrown.
+  async commit() {
+    const client = this.client;
+    this.client = null;
+    let tag;
+    try {
+      ({ command: tag } = await client.query('COMMIT'));
+    } catch (error) {
+      client.release(error);
+      throw error;
+    }
+    client.release();
+    return tag === 'COMMIT';
   }
 
   async end(command) {
@@ -409,5 +465,5 @@ function splitUrl(url) {
 }
 
 module.exports = {
-  MAX_BODY_BYTES, Course, settings, problem, answers, keyRefusal, scopeOf, isJsonType, splitUrl, readStream,
+  MAX_BODY_BYTES, Course, settings, problem, answers, keyOf, scopeOf, isJsonType, splitUrl, readStream,
 };

@@ -1,4 +1,7 @@
-// Express 4 and 5 (express.js).
+// Express 4 and 5 (express.js).  Express's types (@types/express) are an optional
+// peer, as Express is: an app without them, a Fastify-only one, compiles this file
+// too (under strict, without skipLibCheck), where nothing below is used.
+// @ts-ignore: @types/express is not installed in an app without Express
 import type { Request, RequestHandler } from 'express';
 import type { Pool } from 'pg';
 import type { IdempotencyContext, IdempotencyOptions } from './core';

@@ -10,7 +10,7 @@
 // maxBodyBytes), sets req.rawBody, and for JSON sets req.body itself.  The response,
 // written at once or in pieces, is held until it is stored and committed.
 const {
-  MAX_BODY_BYTES, Course, settings, problem, answers, keyRefusal, scopeOf, isJsonType, splitUrl, readStream,
+  MAX_BODY_BYTES, Course, settings, problem, answers, keyOf, scopeOf, isJsonType, splitUrl, readStream,
 } = require('./core');
 
 const readBefore = () => problem(500, 'The request body was read before the idempotency middleware', {
@@ -31,8 +31,7 @@ function idempotency(pool, options = {}) {
 }
 
 async function protect(pool, config, req, res, next) {
-  const key = req.headers[config.header] ?? null;
-  const refusal = keyRefusal(key, config);
+  const { key, refusal } = keyOf(req.headers[config.header], config);
   if (refusal) return send(res, refusal);
   const read = await requestBody(req, config.maxBodyBytes ?? MAX_BODY_BYTES);
   if (read.answer) return send(res, read.answer);

@@ -1,4 +1,7 @@
-// Fastify 4 and 5 (fastify.js).
+// Fastify 4 and 5 (fastify.js).  Fastify, whose package has its types, is an optional
+// peer: an app without it, an Express-only one, compiles this file too (under strict,
+// without skipLibCheck), where nothing below is used.
+// @ts-ignore: fastify is not installed in an app without Fastify
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { Pool } from 'pg';
 import type { IdempotencyContext, IdempotencyOptions } from './core';

@@ -12,7 +12,7 @@
 //   });
 const { Readable } = require('node:stream');
 const {
-  MAX_BODY_BYTES, Course, settings, answers, keyRefusal, scopeOf, splitUrl, readStream,
+  MAX_BODY_BYTES, Course, settings, answers, keyOf, scopeOf, splitUrl, readStream,
 } = require('./core');
 
 const kState = Symbol('pg-idempotency'); // per request: {config, key, body, course}
@@ -38,8 +38,7 @@ async function fastifyIdempotency(fastify, options = {}) {
   fastify.addHook('preParsing', async (request, reply, payload) => {
     const config = configOf(request);
     if (!config || !config.methods.includes(request.method) || request[kState]) return payload;
-    const key = request.headers[config.header] ?? null;
-    const refusal = keyRefusal(key, config);
+    const { key, refusal } = keyOf(request.headers[config.header], config);
     if (refusal) return answer(reply, refusal);
     const limit = config.maxBodyBytes ?? request.routeOptions.bodyLimit ?? MAX_BODY_BYTES;
     if (Number(request.headers['content-length']) > limit) return answer(reply, answers.bodyTooLarge(limit));

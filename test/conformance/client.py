@@ -79,7 +79,11 @@ class Suite:
         return f"{what}-{self.run_id}-{self.serial}"
 
     def post(self, path, body, key=None, headers=None):
+        """POSTs `body` (JSON unless bytes) with `key` as the Idempotency-Key: text is sent
+        as its UTF-8 bytes, bytes as they are."""
         payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+        if isinstance(key, str):
+            key = key.encode()
         sent = {"Content-Type": "application/json", **(headers or {})}
         if key is not None:
             sent["Idempotency-Key"] = key
@@ -194,6 +198,34 @@ class Suite:
             answer = self.post("/orders", {"item": item}, key)
             self.check(self.is_problem(answer, 400) and self.orders(item) == 0,
                        f"{name} key answers 400 and runs nothing", answer)
+
+    def key_bytes(self):
+        """A key is the header's bytes read as UTF-8 in every package, so that a retry moved
+        from one package to another finds its key.  The key below is the same in every
+        setup of a run, against one database: the first setup makes its order, and every
+        later one -- another package's included -- replays it."""
+        key, item = "moved-\u00e9-\U0001F642", "moved-between-packages"
+        made = self.orders(item)
+        answer = self.post("/orders", {"item": item}, key)
+        rows = [row[0] for row in self.db.execute(
+            "SELECT id FROM orders WHERE item = %s", (item,))]
+        document = answer.json()
+        stored = self.query("SELECT count(*) FROM idempotency.keys WHERE key = %s", (key,))
+        if made == 0:
+            ok = self.is_first(answer) and len(rows) == 1
+        else:
+            ok = (answer.status == 201 and answer.replayed() and len(rows) == 1
+                  and isinstance(document, dict) and document.get("order") == rows[0]
+                  and answer.headers.get("location") == f"/orders/{rows[0]}")
+        self.check(ok and stored == 1,
+                   "a key with an accent and an emoji is its UTF-8 text: one order, made by "
+                   "the first setup of the run and replayed by every other package",
+                   f"orders before: {made}, after: {rows}, keys stored: {stored}", answer)
+        for name, raw in (("the byte 0xFF", b"\xff"), ("Latin-1 text", b"caf\xe9")):
+            item = self.fresh("item")
+            answer = self.post("/orders", {"item": item}, raw + b"-" + item.encode())
+            self.check(self.is_problem(answer, 400) and self.orders(item) == 0,
+                       f"a key that is not UTF-8 ({name}) answers 400 and runs nothing", answer)
 
     def another_request(self):
         key, item = self.fresh("key"), self.fresh("item")
@@ -326,6 +358,19 @@ class Suite:
         self.check(answer.status == 500 and self.orders(item) == 0,
                    "a tenant hook that fails answers 500 and runs nothing", answer)
 
+    def split_transaction(self):
+        """A pooler in transaction mode can end a request's transaction early (a driver's
+        named statement run as another client's COMMIT) and run the rest in another one;
+        the handler's "split" does that with a COMMIT after its insert.  The request is
+        never acknowledged: 500, a problem that names the pooler's and the drivers'
+        settings."""
+        key, item = self.fresh("key"), self.fresh("item")
+        answer = self.post("/orders", {"item": item, "split": True}, key)
+        self.check(self.is_problem(answer, 500) and not answer.replayed()
+                   and b"pooler" in answer.body and b"max_prepared_statements" in answer.body,
+                   "a request whose transaction ends early (a pooler's split) answers 500 "
+                   "naming the settings, never its 201", answer)
+
     def parser_first(self):
         key, item = self.fresh("key"), self.fresh("item")
         first = self.post("/parsed/orders", {"item": item}, key)
@@ -381,9 +426,10 @@ class Suite:
                    f"{len(wrong)} others, such as {wrong[:3]}")
 
     def run(self):
-        for case in (self.first_answer_and_replay, self.keys, self.another_request,
+        for case in (self.first_answer_and_replay, self.keys, self.key_bytes, self.another_request,
                      self.json_bodies, self.in_flight, self.waiting, self.large_responses,
-                     self.streamed_response, self.failures, self.parser_first, self.tenants,
+                     self.streamed_response, self.failures, self.split_transaction,
+                     self.parser_first, self.tenants,
                      lambda: self.concurrent("/orders", waits=False),
                      lambda: self.concurrent("/waiting/orders", waits=True)):
             try:

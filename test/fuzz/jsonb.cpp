@@ -5,8 +5,10 @@
 // a tree of arrays, objects and scalars, or a top-level scalar -- which is
 // encoded item by item in the order jsonb's iterator yields them; the bytes
 // must decode back to exactly that document, so no two different documents
-// ever encode (and hash) alike.  Strings and numbers are arbitrary bytes:
-// the encoding must not depend on what PostgreSQL would put in them.
+// ever encode (and hash) alike.  Strings and numbers (in either of their two
+// forms, text and binary) are arbitrary bytes: the encoding must not depend
+// on what PostgreSQL would put in them.  And every encoding starts with the
+// reserved prefix, which request_hash_body's bytes rule keeps for itself.
 #include <string>
 #include <vector>
 
@@ -57,11 +59,12 @@ struct Document
 
 Value scalar_from(FuzzedDataProvider &input)
 {
-    static constexpr JsonbItem scalars[] = {JsonbItem::null, JsonbItem::true_value,
+    static constexpr JsonbItem scalars[] = {JsonbItem::null,        JsonbItem::true_value,
                                             JsonbItem::false_value, JsonbItem::string,
-                                            JsonbItem::number};
+                                            JsonbItem::number,      JsonbItem::number_binary};
     Value value{input.PickValueInArray(scalars), {}, {}, {}, {}};
-    if (value.kind == JsonbItem::string || value.kind == JsonbItem::number)
+    if (value.kind == JsonbItem::string || value.kind == JsonbItem::number ||
+        value.kind == JsonbItem::number_binary)
         value.text = input.ConsumeRandomLengthString(64);
     return value;
 }
@@ -217,6 +220,8 @@ class Decoder
                 return {JsonbItem::string, counted_bytes(), {}, {}, {}};
             case canonical::tag_number:
                 return {JsonbItem::number, counted_bytes(), {}, {}, {}};
+            case canonical::tag_number_binary:
+                return {JsonbItem::number_binary, counted_bytes(), {}, {}, {}};
             case canonical::tag_array:
                 return array();
             case canonical::tag_object:
@@ -257,5 +262,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     Document document = document_from(input);
     std::string encoded = encode(document);
     fuzz::require(Decoder(encoded).document() == document, "an encoded document decodes to itself");
+    fuzz::require(canonical::has_reserved_prefix(encoded.data(), encoded.size()),
+                  "a document's encoding starts with the reserved prefix");
     return 0;
 }

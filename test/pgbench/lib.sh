@@ -78,8 +78,38 @@ missing_packages() {
     done
 }
 
+# Says what apt-get is about to do for the packages named: what it installs,
+# and what it upgrades, which a missing package can need (installing
+# postgresql-server-dev-15 upgrades an older postgresql-15 to its version, and
+# the upgrade restarts that server).  From apt-get's own simulation.
+announce_install() {
+    local line new=() upgraded=()
+    # "Inst name [installed] (candidate suite [arch])", or without [installed]
+    local upgrade='^Inst ([^ ]+) \[([^ ]+)\] \(([^ ]+)' install='^Inst ([^ ]+) \(([^ ]+)'
+    while read -r line; do
+        if [[ $line =~ $upgrade ]]; then
+            upgraded+=("${BASH_REMATCH[1]} ${BASH_REMATCH[2]} -> ${BASH_REMATCH[3]}")
+        elif [[ $line =~ $install ]]; then
+            new+=("${BASH_REMATCH[1]} ${BASH_REMATCH[2]}")
+        fi
+    done < <(LC_ALL=C apt-get install -s -q --no-install-recommends "$@" 2>/dev/null)
+    local list
+    if ((${#new[@]} > 0)); then
+        list=$(printf '%s, ' "${new[@]}")
+        say "apt-get installs ${#new[@]} packages (with what they need): ${list%, }"
+    fi
+    if ((${#upgraded[@]} > 0)); then
+        list=$(printf '%s, ' "${upgraded[@]}")
+        say "apt-get UPGRADES ${#upgraded[@]} installed packages: ${list%, }"
+        [[ $list == *postgresql-[0-9]* ]] &&
+            say "(an upgraded PostgreSQL server is restarted by its package, which ends its sessions)"
+    fi
+    return 0
+}
+
 # Installs what is missing of lib_packages and of the arguments, the packages
-# only one caller needs (make bench's Redis).
+# only one caller needs (make bench's Redis), saying first what that installs
+# and upgrades.
 install_packages() {
     if ! command -v dpkg-query >/dev/null; then
         say "not Debian: not checking packages (need ${lib_packages[*]} $* or equivalents)"
@@ -88,8 +118,9 @@ install_packages() {
     local missing
     mapfile -t missing < <(missing_packages "$@")
     ((${#missing[@]} == 0)) && return
-    say "installing ${missing[*]}"
+    say "missing: ${missing[*]}"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    announce_install "${missing[@]}"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
@@ -109,7 +140,7 @@ build_and_install() {
     local tree=$1
     say "building"
     make -C "$tree" -s -j"$(nproc)" PG_CONFIG="$pg_config"
-    say "installing into $pkglibdir"
+    say "installing the extension into $pkglibdir and $extensiondir (make install)"
     if [[ -w $pkglibdir && -w $extensiondir ]]; then
         make -C "$tree" -s install PG_CONFIG="$pg_config"
     else

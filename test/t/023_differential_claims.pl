@@ -1,6 +1,7 @@
 # The differential test of the claim protocol (test/differential/claims.py):
 # random sequences of every API call, transaction and savepoint command,
-# PREPARE TRANSACTION, cancelled waits and terminated sessions, each run with
+# PREPARE TRANSACTION, cancelled waits and terminated sessions, and lookups
+# held while a transaction changing their key rolls back, each run with
 # idempotency.defer_claims on and off, on a server without the shared claims
 # table (every claim takes the key lock and is written at once), and on one
 # whose table has a single slot (claims fall back to the key lock).  Every
@@ -54,6 +55,9 @@ for my $what ('complete', 'PREPARE', 'COMMIT PREPARED', 'ROLLBACK PREPARED', 'la
 	my ($count) = $stdout =~ /^succeeded: .*\b\Q$what\E (\d+)/m;
 	ok(($count // 0) > 0, "the sequences ran $what successfully") or diag($stdout);
 }
+# Lookups were held in the window of a rollback (claims.hpp, rule R).
+like($stdout, qr/^lookups held in the window of a rollback \(first runs\): [1-9]/m,
+	'the sequences held lookups in the window of a rollback');
 note $stdout;
 
 # The one-slot server took the fallback path, and the main one deferred.

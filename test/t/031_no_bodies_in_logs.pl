@@ -6,15 +6,19 @@
 # may contain the marker.
 #
 # A client that writes a body into its SQL text has it logged by PostgreSQL
-# itself (log_statement, and the STATEMENT line of an error), whatever the
+# itself when the DBA asks for every statement (log_statement), whatever the
 # extension does; applications pass bodies as bind parameters.  psql 15
 # cannot bind, so here the values are built on the server from hex, and the
-# statements only refer to them: no statement text contains the marker.
+# statements only refer to them: no statement text contains the marker --
+# but for the section below, whose statements spell the marker in and run
+# without log_statement: there no STATEMENT or CONTEXT line of any message
+# logged while a statement calls the extension may show it.
 use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
 use IdempotencyTest;
+use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -170,7 +174,9 @@ ok($node->poll_query_until($db, q{SELECT count(*) = 0 FROM idempotency.keys WHER
 # Statements that carry the payload in their text, as with client-side
 # binding, at the default log settings (no log_statement): PostgreSQL logs
 # the statement of an error, and every error raised inside a call of the
-# extension -- its own, or PostgreSQL's -- must leave it out.
+# extension -- its own, or PostgreSQL's -- must leave it out; so must every
+# message logged while a statement that calls the extension runs (the log
+# gate, below).
 # ---------------------------------------------------------------------------
 query(q{ALTER SYSTEM SET log_statement = 'none'; SELECT pg_reload_conf()});
 my $literal_body = qq{'{"card": "$marker"}'};
@@ -259,10 +265,11 @@ error_path('IK002',
 }
 
 # An error PostgreSQL raises in the same statement but outside any call (here
-# a division by zero) gets the statement's text as CONTEXT, which the
-# extension cannot change: with EXECUTE ... USING, as doc/handlers.md says,
-# the text holds $1, $2 ... and never the body.  The control, with format's
-# %L, shows that such a line would be caught.
+# a division by zero) gets the statement's text as CONTEXT: with EXECUTE ...
+# USING, as doc/handlers.md says, the text holds $1, $2 ... and never the
+# body (and the log gate keeps the line out of the log anyway: format's %L
+# below).  The control, a statement that calls nothing of the extension,
+# shows that such a line would be caught.
 my $execute_control = "$marker-execute";
 my ($execute_control_state) = sql_error($node, $db,
 	sprintf(q{DO $$ BEGIN EXECUTE format('SELECT %%L::text, 1 / 0', %s); END $$},
@@ -282,7 +289,7 @@ error_path('22012',
 # types: a backend's first statement that names a function returning one
 # (begin, lookup) waits for DROP EXTENSION in PostgreSQL's parser, before any
 # code of the extension runs, and then fails there (XX000, as for any
-# composite type dropped under it).
+# composite type dropped under it): the log gate's cases below.
 query('CREATE DATABASE dropped');
 my %entry_points = (
 	begin => "SELECT * FROM idempotency_begin('s', 'k', request_hash(${literal_body}::jsonb), claim_data => $literal_body)",
@@ -312,6 +319,199 @@ for my $entry (sort keys %entry_points)
 	unlike($caller->{stderr}, qr/\Q$marker\E/, "$entry: ... showing no request data to the client");
 	$_->quit for ($dropper, $caller);
 }
+# ---------------------------------------------------------------------------
+# The log gate (src/log_gate.cpp): no message logged while a statement that
+# calls the extension runs shows that statement or a CONTEXT line, wherever
+# it is raised -- in PostgreSQL's parser before any code of the extension
+# runs, in an EXECUTE of a prepared statement whose text is elsewhere, in
+# PL/pgSQL around a call, by PostgreSQL itself while a call waits -- and an
+# unrelated statement's error keeps its statement.  Each case reads the log
+# its statements wrote: their messages are there, the marker is not.
+# ---------------------------------------------------------------------------
+
+# The log written since $offset shows $message (a regex), never the marker.
+sub logged_without_marker
+{
+	my ($offset, $message, $what) = @_;
+	my $written = slurp_file($node->logfile, $offset);
+	like($written, $message, "$what: logged");
+	unlike($written, qr/\Q$marker\E/, "$what: ... without request data");
+	return;
+}
+
+# A session's *first* begin or lookup that waits for DROP EXTENSION fails in
+# PostgreSQL's parser, which reads the result row type the drop removes
+# (doc/operations.md): with XX000 once the drop commits, or with
+# lock_timeout's or statement_timeout's error while it waits.  No code of the
+# extension has run in that statement.  The session names itself, so that
+# test/run's log gate lets this one documented XX000 through.
+my @drop_races = (
+	[ 'a first begin', $entry_points{begin}, undef, qr/could not open relation with OID \d+/ ],
+	[ 'a first lookup', $entry_points{lookup}, undef, qr/could not open relation with OID \d+/ ],
+	[ 'a first begin past lock_timeout', $entry_points{begin}, q{SET lock_timeout = '200ms'},
+		qr/canceling statement due to lock timeout/ ],
+	[ 'a first begin past statement_timeout', $entry_points{begin},
+		q{SET statement_timeout = '500ms'}, qr/canceling statement due to statement timeout/ ]);
+for my $race (@drop_races)
+{
+	my ($what, $call, $timeout, $error) = @$race;
+	$node->safe_psql('dropped', 'DROP EXTENSION IF EXISTS idempotency; CREATE EXTENSION idempotency');
+	my $offset = -s $node->logfile;
+	my $caller = $node->background_psql('dropped', on_error_stop => 0);
+	$caller->query_safe(q{SET application_name = 'documented_drop_race'});
+	$caller->query_safe($timeout) if $timeout;
+	my $dropper = $node->background_psql('dropped');
+	$dropper->query_safe('BEGIN; DROP EXTENSION idempotency');
+	$caller->query_until(qr/waiting/, "\\echo waiting\n$call;\n");
+	if (!$timeout)
+	{
+		$node->poll_query_until('dropped',
+			"SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%$marker%'")
+		  or die "$what never waited";
+		$dropper->query_safe('COMMIT');
+	}
+	$caller->query('SELECT 1');    # the call has failed by now
+	like($caller->{stderr}, $error, "$what, waiting for DROP EXTENSION: fails in the parser");
+	$dropper->query_safe('ROLLBACK') if $timeout;
+	$_->quit for ($dropper, $caller);
+	logged_without_marker($offset, $error, "$what, waiting for DROP EXTENSION");
+}
+
+# EXECUTE of a prepared statement: the statement PostgreSQL logs is the
+# EXECUTE, which carries the body but names no function of the extension.
+# An error in an argument of the EXECUTE, before the call, and one after the
+# call in the same statement; the names as PostgreSQL reads them (folded to
+# lower case, or quoted).
+{
+	my $session = $node->background_psql($db, on_error_stop => 0);
+	$session->query_safe(q{PREPARE charge(text, jsonb, integer) AS
+		SELECT idempotency_complete('s', $1, $3, $2)});
+	$session->query_safe(q{PREPARE "Claim As Number"(jsonb) AS
+		SELECT (idempotency_begin('s', 'prepared', request_hash($1), claim_data => $1)).outcome::text::integer});
+	my $offset = -s $node->logfile;
+	$session->query(qq{EXECUTE Charge('nobody', $literal_body, 'two hundred')});
+	like($session->{stderr}, qr/invalid input syntax for type integer: "two hundred"/,
+		'EXECUTE of a prepared call, failing in its argument: 22P02');
+	logged_without_marker($offset, qr/"two hundred"/, 'EXECUTE of a prepared call, failing in its argument');
+	$session->{stderr} = '';
+	$offset = -s $node->logfile;
+	$session->query(qq{execute /* the claim */ "Claim As Number"($literal_body)});
+	like($session->{stderr}, qr/invalid input syntax for type integer: "claimed"/,
+		'EXECUTE of a prepared call, failing after the call: 22P02');
+	logged_without_marker($offset, qr/"claimed"/, 'EXECUTE of a prepared call, failing after the call');
+	$session->quit;
+}
+
+# Bound parameters (the extended protocol, as drivers send a body): with
+# log_parameter_max_length_on_error set, PostgreSQL logs the parameters of
+# a statement that fails as a CONTEXT line.  pgbench -M extended binds its
+# variables; the error comes before the call, in the same statement.
+{
+	my $script = $node->basedir . '/bound.sql';
+	append_to_file($script,
+		"SELECT 1 / :zero, idempotency_complete('s', 'nobody', 200, :body::jsonb);\n");
+	my $offset = -s $node->logfile;
+	local $ENV{PGOPTIONS} = '-c log_parameter_max_length_on_error=-1';
+	my ($stdout, $stderr) = ('', '');
+	IPC::Run::run(
+		[
+			'pgbench', '-n', '-t', 1, '-M', 'extended', '-f', $script,
+			'-D', 'zero=0', '-D', qq{body={"card": "$marker"}},
+			'-h', $node->host, '-p', $node->port, $db
+		],
+		'>', \$stdout, '2>', \$stderr);
+	like($stderr, qr/division by zero/, 'a statement with bound parameters failing before the call: 22012');
+	logged_without_marker($offset, qr/division by zero/,
+		'a statement with bound parameters failing before the call, with log_parameter_max_length_on_error');
+}
+
+# PL/pgSQL: an application's function that fails after its call (the
+# statement names only that function), and a DO block whose EXECUTEd text
+# spells the body in (format's %L) and fails outside the call: PostgreSQL
+# quotes that text in a CONTEXT line (the client still gets it: its own
+# text).
+query(q{CREATE FUNCTION place_order(request jsonb) RETURNS void LANGUAGE plpgsql AS $$
+	BEGIN
+		PERFORM idempotency_begin('s', 'order', request_hash(request));
+		RAISE EXCEPTION 'out of stock';
+	END $$});
+{
+	my $offset = -s $node->logfile;
+	error_path('P0001', "SELECT place_order($literal_body)",
+		"an application's PL/pgSQL function failing after its call");
+	logged_without_marker($offset, qr/out of stock/,
+		"an application's PL/pgSQL function failing after its call");
+	$offset = -s $node->logfile;
+	my ($state) = sql_error($node, $db,
+		executed(q{'SELECT idempotency_begin(%L, %L, request_hash(%L::jsonb)), 1 / 0', 's', 'executed', body}));
+	is($state, '22012', 'a DO block whose EXECUTEd text spells the body in, failing outside the call');
+	logged_without_marker($offset, qr/division by zero/,
+		'a DO block whose EXECUTEd text spells the body in, failing outside the call');
+	# An error in the parser that points into the EXECUTEd text: PostgreSQL
+	# logs that text as the error's QUERY as well.
+	$offset = -s $node->logfile;
+	($state) = sql_error($node, $db,
+		executed(q{'SELECT idempotency_begin(%L, %L, request_hash(%L::jsonb)) FROM no_such_table', 's', 'executed', body}));
+	is($state, '42P01', 'a DO block whose EXECUTEd text spells the body in, failing in the parser');
+	logged_without_marker($offset, qr/relation "no_such_table" does not exist/,
+		'a DO block whose EXECUTEd text spells the body in, failing in the parser');
+}
+
+# PostgreSQL's own messages while a call waits for the holder of a key: the
+# LOG lines of log_lock_waits, and the FATAL of pg_terminate_backend, which
+# ends the session without unwinding through the call.
+{
+	my $holder = $node->background_psql($db);
+	my $waiter = $node->background_psql($db, on_error_stop => 0);
+	$waiter->query_safe(q{SET log_lock_waits = on; SET deadlock_timeout = '100ms'});
+	my $wait = sub {
+		my ($key) = @_;
+		$holder->query_safe('BEGIN');
+		$holder->query_safe(qq{SELECT idempotency_begin('s', '$key', request_hash('r'::text))});
+		$holder->query_safe(complete_sql(qq{'$key'}, 201));
+		$waiter->query_until(qr/waiting/, qq{\\echo waiting
+			SELECT outcome FROM idempotency_begin('s', '$key', request_hash('r'::text),
+			    wait => '1 min', lease => '1 min', claim_data => $literal_body);\n});
+	};
+
+	my $offset = -s $node->logfile;
+	$wait->('lock-logged');
+	$node->wait_for_log(qr/still waiting for ShareLock on transaction/, $offset);
+	$holder->query_safe('ROLLBACK');
+	$waiter->query_safe('SELECT 1');    # the begin has its answer
+	logged_without_marker($offset, qr/still waiting for ShareLock.*acquired ShareLock/s,
+		'a wait that log_lock_waits logs');
+
+	$offset = -s $node->logfile;
+	$wait->('terminated');
+	my $waiting = qq{SELECT pid FROM pg_stat_activity
+		WHERE wait_event_type = 'Lock' AND query LIKE '%terminated%$marker%'};
+	$node->poll_query_until($db, "SELECT count(*) = 1 FROM ($waiting) AS w")
+	  or die 'the begin never waited';
+	query("SELECT pg_terminate_backend(pid) FROM ($waiting) AS w");
+	$node->poll_query_until($db, "SELECT count(*) = 0 FROM ($waiting) AS w")
+	  or die 'the waiting session was not terminated';
+	$holder->query_safe('ROLLBACK');
+	$holder->quit;
+	eval { $waiter->quit };    # psql has exited with its connection
+	logged_without_marker($offset, qr/FATAL:  terminating connection due to administrator command/,
+		'a wait ended by pg_terminate_backend');
+}
+
+# Unrelated statements keep their STATEMENT lines: in a session that has
+# just called the extension, and an EXECUTE of a prepared statement that
+# calls nothing of it (both checked below, with the log).
+my $after_call_control = "$marker-after-call";
+my $prepared_control = "$marker-prepared";
+{
+	my $session = $node->background_psql($db, on_error_stop => 0);
+	$session->query_safe(q{PREPARE plain(text) AS SELECT 1 / 0, $1});
+	$session->query_safe(q{SELECT idempotency_begin('s', 'then-unrelated', request_hash('r'::text), lease => '1 min')});
+	$session->query(qq{SELECT 1 / 0, '$after_call_control'});
+	$session->query(qq{EXECUTE plain('$prepared_control')});
+	$session->quit;
+}
+
 query(q{ALTER SYSTEM RESET log_statement; SELECT pg_reload_conf()});
 
 # ---------------------------------------------------------------------------
@@ -329,6 +529,11 @@ like($log, qr/STATEMENT:  SELECT 1 \/ 0, '\Q$statement_control\E'/,
 	'the statement of an error outside the extension is logged, marker and all');
 like($log, qr/CONTEXT:  SQL statement "SELECT '\Q$execute_control\E'::text, 1 \/ 0"/,
 	'the EXECUTEd text of an error outside the extension is logged as CONTEXT, marker and all');
+like($log, qr/STATEMENT:  SELECT 1 \/ 0, '\Q$after_call_control\E'/,
+	'the statement of an error right after a call, in the same session, is logged');
+like($log, qr/STATEMENT:  EXECUTE plain\('\Q$prepared_control\E'\)/,
+	'the EXECUTE of a prepared statement that calls nothing of the extension is logged');
+$log =~ s/\Q$_\E//g for ($after_call_control, $prepared_control);
 $log =~ s/\Q$execute_control\E//g;
 $log =~ s/\Q$statement_control\E//g;
 $log =~ s/\Q$control\E//g;

@@ -14,9 +14,7 @@ use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
 use IdempotencyTest;
-use IO::Socket::INET;
 use IPC::Run;
-use POSIX qw(WNOHANG);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -77,7 +75,7 @@ sub run_setup
 	my ($dir, $run, $prepared, $setup_name, $database, $label) = @_;
 	my %database = %$database;
 	my $setup = "$setup_name$label";
-	my $port = free_port();
+	my $port = free_tcp_port();
 	my $log = "$prepared/$setup_name" . ($label ? '-sql' : '') . '.log';
 	my $server = IPC::Run::start([ $run, 'serve', $prepared, $setup_name, $port ],
 		'<', \'', '>', $log, '2>&1',
@@ -86,7 +84,7 @@ sub run_setup
 			@ENV{ keys %database } = values %database;
 		});
 	my $up = wait_for_health($port, $server);
-	ok($up, "$setup: the server answers GET /health") or diag(tail($log));
+	ok($up, "$setup: the server answers GET /health") or diag(log_tail($log));
 	if ($up)
 	{
 		my ($out, $err) = ('', '');
@@ -102,45 +100,8 @@ sub run_setup
 			$checks++;
 			ok(!$failed, "$setup: $name") or diag($details);
 		}
-		ok($checks >= 20 && $ran, "$setup: every case ran") or diag("$out\n$err\n" . tail($log));
+		ok($checks >= 20 && $ran, "$setup: every case ran") or diag("$out\n$err\n" . log_tail($log));
 	}
 	$server->kill_kill(grace => 30);    # TERM, then KILL if it has not stopped
 	return;
-}
-
-sub free_port
-{
-	my $socket = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 1)
-	  or die "no free port: $!";
-	my $port = $socket->sockport;
-	close $socket;
-	return $port;
-}
-
-# Waits for the server to answer GET /health with 200, as long as it runs.
-sub wait_for_health
-{
-	my ($port, $server) = @_;
-	for (1 .. 1200)    # up to 2 minutes: a JVM or a cold npm start on a loaded machine
-	{
-		return 0 if waitpid($server->{KIDS}[0]{PID}, WNOHANG) > 0;    # it exited
-		my $socket = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 5);
-		if ($socket)
-		{
-			print $socket "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-			my $status = <$socket> // '';
-			close $socket;
-			return 1 if $status =~ m{^HTTP/1\.[01] 200 };
-		}
-		select(undef, undef, undef, 0.1);
-	}
-	return 0;
-}
-
-sub tail
-{
-	my ($file) = @_;
-	return '' unless -e $file;
-	my @lines = split /\n/, slurp_file($file);
-	return join("\n", "the end of $file:", @lines[ ($#lines > 60 ? $#lines - 60 : 0) .. $#lines ]);
 }

@@ -13,6 +13,7 @@ use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
 use IdempotencyTest;
+use Cwd ();
 use File::Path qw(make_path);
 use IPC::Run;
 use JSON::PP;
@@ -102,6 +103,32 @@ for my $name ('examples', 'integration')
 	($ok, $output) = run_in($dir, [ 'go', 'vet', './...' ]);
 	ok($ok, "$name: go vet finds nothing") or diag($output);
 	$modules{$name} = $dir;
+}
+
+# The README's offline install, as printed, in a new module with the example's
+# files: its commands but the apt-get line (whose packages this test needs
+# anyway), with the checkout for /path/to/idempotency, no module proxy.
+{
+	my $readme = slurp_file("$package/README.md");
+	my ($block) = $readme =~ /<!-- tested: go-offline[^>]*-->\n```sh\n(.*?)```/s;
+	ok($block, 'the README has the offline install commands') or diag('no "tested: go-offline" block');
+	$block //= '';
+	my @apt = $block =~ /^sudo apt-get install (.*)$/mg;
+	my @packages = map { split ' ' } @apt;
+	my @absent = grep { system("dpkg-query -W -f='\${Status}' $_ 2>/dev/null | grep -q ' installed\$'") != 0 } @packages;
+	ok(@packages && !@absent, "its apt-get line names installed packages (@packages)") or diag("not installed: @absent");
+	$block =~ s/^sudo apt-get install .*\n//mg;
+	my $checkout = Cwd::getcwd();
+	$block =~ s{/path/to/idempotency}{$checkout}g;
+	my $dir = "$tmp/readme-offline";
+	make_path($dir);
+	system('cp', glob("$package/examples/orders/*.go"), $dir) == 0 or die "cp: $?";
+	unlink glob("$dir/*_test.go");
+	($ok, $output) = run_in($dir, [ 'go', 'mod', 'init', 'example.com/orders' ]);
+	ok($ok, 'go mod init makes a new module') or diag($output);
+	($ok, $output) = run_in($dir, [ 'sh', '-ec', $block ]);
+	ok($ok, "the README's commands build it offline") or diag($output);
+	ok(-x "$dir/orders", 'into the example program') or diag(join ' ', glob("$dir/*"));
 }
 
 my ($node, %database) = new_orders_database('go', conf => ['max_connections = 100']);

@@ -445,20 +445,18 @@ query($create_handler);
 	# A release tested on another PostgreSQL major only is refused too: a
 	# Citus release is another build on each major.
 	my ($major) = query('SHOW server_version_num') =~ /^(\d+)\d{4}$/;
-	my $other_major_only = { 15 => '14.0-1', 17 => '13.1-1', 18 => '13.2-1' }->{$major} // '13.9-1';
 	for my $case (
-		[
-			q{SET citus.enable_version_checks TO off;
-			  UPDATE pg_extension SET extversion = '13.9-1' WHERE extname = 'citus'},
-			qr/Citus 13\.9-1 on PostgreSQL $major is not a combination this extension is tested with/,
-			'an untested Citus version'
-		],
-		[
-			qq{SET citus.enable_version_checks TO off;
-			   UPDATE pg_extension SET extversion = '$other_major_only' WHERE extname = 'citus'},
-			qr/Citus \Q$other_major_only\E on PostgreSQL $major is not a combination/,
-			"Citus $other_major_only, tested on another PostgreSQL major only"
-		],
+		(
+			map {
+				my ($untested, $what) = @$_;
+				[
+					qq{SET citus.enable_version_checks TO off;
+					   UPDATE pg_extension SET extversion = '$untested' WHERE extname = 'citus'},
+					qr/Citus \Q$untested\E on PostgreSQL $major is not a combination this extension is tested with/,
+					$what
+				]
+			} citus_untested_versions($major)
+		),
 		[
 			q{ALTER TABLE pg_dist_shard RENAME COLUMN shardminvalue TO shard_min},
 			qr/Citus catalog pg_dist_shard has no column shardminvalue of type text/,
@@ -626,7 +624,9 @@ query($create_handler);
 	            RETURNS text LANGUAGE sql AS $$ SELECT 'never'::text $$;
 	        SELECT create_distributed_function('place_order_in_block(text, text)', 'p_tenant',
 	                                           colocate_with => 'orders', force_delegation => true)});
-	my $pid = query('SELECT pg_postmaster_start_time()');
+	# (A crash restart keeps the postmaster, its PID and its start time: its
+	# log tells.)
+	my $log_offset = -s $coordinator->logfile;
 	for my $call (
 		q{SELECT * FROM idempotency_begin(NULL, 'k', request_hash('x'::text))},
 		q{SELECT idempotency_begin(NULL::text, 'k', request_hash('x'::text))},
@@ -652,7 +652,7 @@ query($create_handler);
 		is($null_state, '22004', "a handler's NULL tenant is refused: $call");
 		like($stderr, qr/p_tenant must not be null/, '... naming the argument');
 	}
-	is(query('SELECT pg_postmaster_start_time()'), $pid, 'the coordinator never restarted');
+	is(crash_restarts($coordinator, $log_offset), '', 'the coordinator never restarted');
 }
 
 # ---------------------------------------------------------------------------
@@ -1123,12 +1123,28 @@ sub make_expiring_keys
 		'claimed', 'worker lost: a claim is held on the worker');
 	my $marker = 'body-marker-' . int(rand(1_000_000_000));
 	my $log_offset = -s $coordinator->logfile;
+	# Each call is its psql's last -c; the ones before it go first, each a
+	# statement of its own.  The third and fourth are an EXECUTE of a
+	# prepared statement, which names no function of the extension but
+	# carries the body: of the API's call, and of the handler's.
 	my @calls = (
-		sprintf(q{SELECT held_order('ten7', 'held-handler', %s)}, quote($marker)),
-		sprintf(q{SELECT outcome FROM idempotency_begin('ten7', 'held-api', request_hash('POST /orders'::text),
-		                                                wait => '10 minutes',
-		                                                claim_data => jsonb_build_object('body', %s::text))},
-			quote($marker)));
+		[ sprintf(q{SELECT held_order('ten7', 'held-handler', %s)}, quote($marker)) ],
+		[
+			sprintf(q{SELECT outcome FROM idempotency_begin('ten7', 'held-api', request_hash('POST /orders'::text),
+			                                                wait => '10 minutes',
+			                                                claim_data => jsonb_build_object('body', %s::text))},
+				quote($marker))
+		],
+		[
+			q{PREPARE held_begin(text, jsonb) AS
+			    SELECT outcome FROM idempotency_begin($1, 'held-api', request_hash('POST /orders'::text),
+			                                          wait => '10 minutes', claim_data => $2)},
+			sprintf(q{EXECUTE held_begin('ten7', '{"body": "%s"}')}, $marker)
+		],
+		[
+			q{PREPARE held_handler(text, text, text) AS SELECT held_order($1, $2, $3)},
+			sprintf(q{EXECUTE held_handler('ten7', 'held-handler-prepared', %s)}, quote($marker))
+		]);
 	# (Cluster.pm logs every statement; a server that does not is what the
 	# check below is about.)
 	my (%out, @runs);
@@ -1137,15 +1153,15 @@ sub make_expiring_keys
 		push @runs, IPC::Run::start(
 			[
 				'psql', '-XAtq', '-d', $coordinator->connstr($db),
-				'-c', 'SET log_statement = none', '-c', $calls[$i]
+				'-c', 'SET log_statement = none', map { ('-c', $_) } @{ $calls[$i] }
 			],
 			'>', \$out{"out$i"}, '2>', \$out{"err$i"});
 	}
 	ok( $worker->poll_query_until(
-			$db, q{SELECT count(*) = 2 FROM pg_stat_activity
-			        WHERE state = 'active' AND wait_event IS NOT NULL AND query LIKE '%held-%'
-			          AND pid <> pg_backend_pid()}),
-		'worker lost: both calls wait on the worker');
+			$db, sprintf(q{SELECT count(*) = %d FROM pg_stat_activity
+			        WHERE state = 'active' AND wait_event IS NOT NULL AND query LIKE '%%held-%%'
+			          AND pid <> pg_backend_pid()}, scalar @calls)),
+		'worker lost: every call waits on the worker');
 	$worker->stop('immediate');
 	ok(!$_->finish, 'worker lost: the call fails') for @runs;
 	eval { $_->quit } for $claimer, $holder;
@@ -1156,6 +1172,29 @@ sub make_expiring_keys
 	unlike($log, qr/\Q$marker\E/, '... without the request in any line');
 	$worker->start;
 	is(outcome_of('ten7', 'held-handler'), 'claimed', 'worker lost: after its restart, the request runs');
+}
+
+# ---------------------------------------------------------------------------
+# The error of a delegated call made through a prepared statement, which
+# Citus relays from the worker (IK001): the coordinator logs the EXECUTE,
+# which names no function of the extension but carries the body; the log
+# gate finds the prepared statement's text and keeps the line out.
+# ---------------------------------------------------------------------------
+{
+	my $marker = 'body-marker-' . int(rand(1_000_000_000));
+	my $log_offset = -s $coordinator->logfile;
+	my $session = $coordinator->background_psql($db, on_error_stop => 0);
+	$session->query_safe('SET log_statement = none');
+	$session->query_safe(q{PREPARE finish(text, text, jsonb) AS
+	                         SELECT idempotency_complete($1, $2, 201, $3)});
+	$session->query(sprintf(q{EXECUTE finish('ten8', 'never-claimed', '{"body": "%s"}')}, $marker));
+	like($session->{stderr}, qr/"never-claimed" is not claimed|IK001/,
+		'a prepared call whose delegated call fails: the error of the worker');
+	$session->quit;
+	my $log = slurp_file($coordinator->logfile, $log_offset);
+	like($log, qr/ERROR: .*never-claimed/, 'a prepared call whose delegated call fails: the coordinator logs it')
+	  or diag($log);
+	unlike($log, qr/\Q$marker\E/, '... without the request in any line');
 }
 
 done_testing();

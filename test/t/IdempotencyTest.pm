@@ -12,8 +12,10 @@ use strict;
 use warnings;
 
 use Exporter 'import';
+use IO::Socket::INET;
 use IPC::Run;
 use JSON::PP;
+use POSIX qw(WNOHANG);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -24,7 +26,8 @@ our @EXPORT = qw(
   lease_running sql_error wait_for_crash_restart wait_for_lease_end
   wait_for_promotion keys_text wait_for_sweeps reload_with indexes_checked
   start_pgbouncer citus_missing citus_without_exports start_citus_cluster citus_database
-  new_orders_database new_pg_tle_node
+  citus_untested_versions crash_restarts new_orders_database free_tcp_port wait_for_health
+  log_tail new_pg_tle_node
 );
 
 # A byte-string JSON decoder: each byte of psql's output stays one character,
@@ -120,6 +123,20 @@ sub citus_without_exports
 	  : undef;
 }
 
+# Versions of the citus extension that the version guard must refuse on
+# PostgreSQL $major, for a test to set in pg_extension (with
+# citus.enable_version_checks off, in a transaction it rolls back): pairs of
+# the version and what it is -- a release tested on no major, and one tested
+# on another major only (a Citus release is another build on each major).
+# The tested pairs themselves are the extension's (citus_placement.cpp).
+sub citus_untested_versions
+{
+	my ($major) = @_;
+	my $other_major_only = { 15 => '14.0-1', 17 => '13.1-1', 18 => '13.2-1' }->{$major} // '13.9-1';
+	return ([ '13.9-1', 'an untested Citus version' ],
+		[ $other_major_only, "Citus $other_major_only, tested on another PostgreSQL major only" ]);
+}
+
 # Creates and starts a Citus coordinator and two workers on this machine,
 # each with the libraries preloaded (Citus first, as Citus requires) and what
 # shard moves and two-phase commit need; conf => [lines for every node],
@@ -173,10 +190,17 @@ sub citus_database
 sub new_standby
 {
 	my ($primary, $name) = @_;
+	# A slot of its own, reserving WAL from before the backup: without it a
+	# checkpoint on the primary (another standby's base backup, on a loaded
+	# machine) can remove the segment the standby starts streaming from before
+	# it connects, which the walsender reports as XX000 "requested WAL segment
+	# ... has already been removed" -- and test/run's log gate fails on it.
+	$primary->safe_psql('postgres', "SELECT pg_create_physical_replication_slot('$name', true)");
 	my $backup = "for_$name";
 	$primary->backup($backup);
 	my $standby = PostgreSQL::Test::Cluster->new($name);
 	$standby->init_from_backup($primary, $backup, has_streaming => 1);
+	$standby->append_conf('postgresql.conf', "primary_slot_name = '$name'");
 	$standby->start;
 	return $standby;
 }
@@ -380,6 +404,19 @@ sub wait_for_crash_restart
 	return;
 }
 
+# The lines of $node's server log, from $log_offset on (its size taken
+# before), that show a crash restart: a child process that died unexpectedly
+# makes the postmaster terminate every other one and reinitialise, and say
+# so; empty if none did.  (The postmaster itself lives on, so its PID and
+# pg_postmaster_start_time() stay the same across such a restart.)
+sub crash_restarts
+{
+	my ($node, $log_offset) = @_;
+	return join '', grep {
+		/terminating any other active server processes|all server processes terminated; reinitializing/
+	} split /^/m, slurp_file($node->logfile, $log_offset);
+}
+
 # Polls until the lease of the claim on (scope, key) has ended.
 sub wait_for_lease_end
 {
@@ -459,7 +496,8 @@ sub indexes_checked
 # Starts PgBouncer in transaction mode in front of $node's database $db for
 # the role $user (trust), with four server connections, so that a client's
 # transactions land on any of them.  From PgBouncer 1.21 with
-# max_prepared_statements, which pools named prepared statements.  It
+# max_prepared_statements, which pools named prepared statements, unless
+# named_statements => 0 turns that off (as before 1.21).  It
 # listens on a Unix socket, and with tcp => 1 on 127.0.0.1 too (for JDBC,
 # whose startup packet sets extra_float_digits, which PgBouncer refuses
 # unless told to ignore it, as doc/reference.md says).
@@ -473,7 +511,8 @@ sub start_pgbouncer
 	return undef unless $pgbouncer;
 	my ($version) = `$pgbouncer --version` =~ /PgBouncer (\d+\.\d+)/;
 	my ($major, $minor) = split /\./, $version;
-	my $prepared_statements = $major > 1 || $minor >= 21;
+	my $pools_named = $major > 1 || $minor >= 21;
+	my $prepared_statements = $pools_named && ($params{named_statements} // 1);
 	my $dir = PostgreSQL::Test::Utils::tempdir_short;
 	my $port = PostgreSQL::Test::Cluster::get_free_port();
 	PostgreSQL::Test::Utils::append_to_file("$dir/users.txt", qq{"$user" ""\n});
@@ -495,7 +534,9 @@ logfile = %s/pgbouncer.log
 pidfile = %s/pgbouncer.pid
 %s
 }, $db, $node->host, $node->port, $db, $params{tcp} ? '127.0.0.1' : '', $port, $dir, $dir, $dir, $dir,
-			$prepared_statements ? 'max_prepared_statements = 100' : ''));
+			$prepared_statements ? 'max_prepared_statements = 100'
+			: $pools_named ? 'max_prepared_statements = 0'
+			: ''));
 	# Its output to a file: PgBouncer logs every login to stderr too, and a
 	# pipe nobody reads while a test runs would fill and stall it.
 	my $handle = IPC::Run::start([ $pgbouncer, "$dir/pgbouncer.ini" ],
@@ -515,6 +556,47 @@ pidfile = %s/pgbouncer.pid
 		up => $up,
 		log => "$dir/stderr.log"
 	};
+}
+
+# A TCP port on 127.0.0.1 that nothing listens on now, for an HTTP server.
+sub free_tcp_port
+{
+	my $socket = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 1)
+	  or die "no free port: $!";
+	my $port = $socket->sockport;
+	close $socket;
+	return $port;
+}
+
+# Waits for an HTTP server on 127.0.0.1:$port, started with IPC::Run::start
+# as $server, to answer GET /health with 200, as long as it runs: whether it
+# did.
+sub wait_for_health
+{
+	my ($port, $server) = @_;
+	for (1 .. 1200)    # up to 2 minutes: a JVM or a cold npm start on a loaded machine
+	{
+		return 0 if waitpid($server->{KIDS}[0]{PID}, WNOHANG) > 0;    # it exited
+		my $socket = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 5);
+		if ($socket)
+		{
+			print $socket "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+			my $status = <$socket> // '';
+			close $socket;
+			return 1 if $status =~ m{^HTTP/1\.[01] 200 };
+		}
+		select(undef, undef, undef, 0.1);
+	}
+	return 0;
+}
+
+# The last 60 lines of a log file, for a diagnostic.
+sub log_tail
+{
+	my ($file) = @_;
+	return '' unless -e $file;
+	my @lines = split /\n/, slurp_file($file);
+	return join("\n", "the end of $file:", @lines[ ($#lines > 60 ? $#lines - 60 : 0) .. $#lines ]);
 }
 
 1;

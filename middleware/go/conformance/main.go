@@ -61,6 +61,7 @@ type orderRequest struct {
 	Fail   string `json:"fail"`
 	Stream bool   `json:"stream"`
 	Status int    `json:"status"`
+	Split  bool   `json:"split"`
 }
 
 type orderAnswer struct {
@@ -86,6 +87,11 @@ func createOrder(w http.ResponseWriter, r *http.Request) {
 	if err := tx.QueryRowContext(r.Context(), "INSERT INTO orders (item) VALUES ($1) RETURNING id",
 		req.Item).Scan(&id); err != nil {
 		panic(err)
+	}
+	if req.Split { // the transaction ends early, as a pooler that splits it
+		if _, err := tx.ExecContext(r.Context(), "COMMIT"); err != nil {
+			panic(err)
+		}
 	}
 	if req.Fail != "" {
 		panic("the handler fails, as asked") // Go handlers are synchronous: "async" too

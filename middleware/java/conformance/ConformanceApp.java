@@ -18,15 +18,17 @@ import java.util.Map;
 import javax.sql.DataSource;
 import org.apache.catalina.Context;
 import org.apache.catalina.startup.Tomcat;
+import org.apache.tomcat.jdbc.pool.PoolProperties;
 import org.pgidempotency.Idempotency;
 import org.pgidempotency.IdempotencyFilter;
 import org.postgresql.ds.PGSimpleDataSource;
 
 /**
  * The conformance suite's application (test/conformance/README.md) in an embedded Tomcat,
- * with Tomcat's default connector settings, over pgjdbc's PGSimpleDataSource (a connection
- * per request, no pool). Routes are registered through the Servlet API, as a web
- * application's initializer does.
+ * with Tomcat's default connector settings, over pgjdbc with its default settings, pooled
+ * by Tomcat's JDBC pool as a deployment's connections are: each pooled connection serves
+ * request after request, so pgjdbc prepares the statements it runs often by name. Routes
+ * are registered through the Servlet API, as a web application's initializer does.
  *
  * <p>Usage: java ConformanceApp PORT, with the database in libpq's environment.
  */
@@ -88,7 +90,8 @@ public final class ConformanceApp {
                 // does, in a field the application ignores): surrogate escapes go first.
                 try (PreparedStatement parse = db.prepareStatement("SELECT b->>'item',"
                     + " (b->>'gate')::bigint, (b->>'size')::int, b->>'fail',"
-                    + " coalesce((b->>'stream')::boolean, false), coalesce((b->>'status')::int, 201)"
+                    + " coalesce((b->>'stream')::boolean, false), coalesce((b->>'status')::int, 201),"
+                    + " coalesce((b->>'split')::boolean, false)"
                     + " FROM (SELECT regexp_replace(?, '\\\\u[dD][89a-fA-F][0-9a-fA-F]{2}', '',"
                     + " 'g')::jsonb) AS t(b)")) {
                     parse.setString(1, body);
@@ -113,6 +116,11 @@ public final class ConformanceApp {
                 insert.setString(1, order.getString(1));
                 try (ResultSet made = insert.executeQuery()) {
                     made.next();
+                    if (order.getBoolean(7)) { // the transaction ends early, as a pooler that splits it
+                        try (java.sql.Statement split = db.createStatement()) {
+                            split.execute("COMMIT");
+                        }
+                    }
                     String fail = order.getString(4);
                     if ("sync".equals(fail)) {
                         throw new IllegalStateException("the handler fails, as the request asks");
@@ -152,8 +160,20 @@ public final class ConformanceApp {
         }
     }
 
-    /** pgjdbc from libpq's variables; a PGHOST that is a directory is a Unix socket's. */
+    /**
+     * pgjdbc from libpq's variables (a PGHOST that is a directory is a Unix socket's) in
+     * Tomcat's JDBC pool, with room for the 200 requests the suite sends at once.
+     */
     private static DataSource dataSource(Map<String, String> environment) {
+        PoolProperties pool = new PoolProperties();
+        pool.setDataSource(pgjdbc(environment));
+        pool.setInitialSize(0);
+        pool.setMaxActive(200);
+        pool.setMaxIdle(200);
+        return new org.apache.tomcat.jdbc.pool.DataSource(pool);
+    }
+
+    private static DataSource pgjdbc(Map<String, String> environment) {
         PGSimpleDataSource source = new PGSimpleDataSource();
         String host = environment.getOrDefault("PGHOST", "localhost");
         int port = Integer.parseInt(environment.getOrDefault("PGPORT", "5432"));

@@ -7,6 +7,7 @@ import jakarta.servlet.http.HttpServlet;
 import jakarta.servlet.http.HttpServletRequest;
 import jakarta.servlet.http.HttpServletResponse;
 import java.io.IOException;
+import java.nio.charset.StandardCharsets;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
@@ -36,9 +37,11 @@ public class Orders implements ServletContextListener {
         @Override
         protected void doPost(HttpServletRequest request, HttpServletResponse response)
                 throws IOException, ServletException {
+            // The JSON body, {"item": "book"}, read by PostgreSQL's jsonb.
+            String body = new String(request.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
             try (PreparedStatement insert = Idempotency.connection(request).prepareStatement(
-                    "INSERT INTO orders (item) VALUES (?) RETURNING id")) {
-                insert.setString(1, request.getParameter("item"));
+                    "INSERT INTO orders (item) VALUES (?::jsonb ->> 'item') RETURNING id")) {
+                insert.setString(1, body);
                 try (ResultSet row = insert.executeQuery()) {
                     row.next();
                     response.setStatus(201);

@@ -13,11 +13,12 @@ function tenant(request) {
   return name ?? 'public';
 }
 
-// Steps 1-3 of the order handler, in the claim's transaction: the gate, the insert, an
-// asynchronous failure.  Returns the order's id.
+// Steps 1-3 of the order handler, in the claim's transaction: the gate, the insert, the
+// transaction ended early, an asynchronous failure.  Returns the order's id.
 async function insertOrder(client, body, table) {
   if (body.gate != null) await client.query('SELECT pg_advisory_xact_lock_shared($1)', [body.gate]);
   const { rows } = await client.query(`INSERT INTO ${table} (item) VALUES ($1) RETURNING id`, [body.item]);
+  if (body.split) await client.query('COMMIT');
   if (body.fail === 'async') throw new Error('the handler fails after an await, as asked');
   return Number(rows[0].id);
 }

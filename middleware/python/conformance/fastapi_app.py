@@ -8,7 +8,7 @@ from typing import Any, Dict
 from fastapi import Body, FastAPI, Request
 from fastapi.responses import Response
 
-from orders import GATE, INSERT, asgi_response, fail_if_asked, order_on, tenant
+from orders import GATE, INSERT, SPLIT, asgi_response, fail_if_asked, order_on, tenant
 from pg_idempotency.starlette import IdempotencyMiddleware, route_options
 
 app = FastAPI()
@@ -44,6 +44,8 @@ else:
             if data.get("gate") is not None:
                 await conn.execute(GATE, (data["gate"],))
             number = (await (await conn.execute(INSERT, (data["item"],))).fetchone())[0]
+            if data.get("split"):
+                await conn.execute(SPLIT)
             if data.get("fail") == "async":
                 await asyncio.sleep(0)
             fail_if_asked(data)

@@ -42,13 +42,19 @@ INSERT = "INSERT INTO orders (item) VALUES (%s) RETURNING id"
 GATE = "SELECT pg_advisory_xact_lock_shared(%s)"
 
 
+SPLIT = "COMMIT"  # with "split": the transaction ends early, as a pooler that splits it
+
+
 def order_on(conn: Any, data: Mapping[str, Any]) -> int:
     """The handler's writes on a blocking connection, in the request's transaction."""
     cur = conn.cursor()
     if data.get("gate") is not None:
         cur.execute(GATE, (data["gate"],))
     cur.execute(INSERT, (data["item"],))
-    return int(cur.fetchone()[0])
+    number = int(cur.fetchone()[0])
+    if data.get("split"):
+        cur.execute(SPLIT)
+    return number
 
 
 def fail_if_asked(data: Mapping[str, Any]) -> None:

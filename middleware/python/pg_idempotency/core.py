@@ -197,15 +197,41 @@ def key_required(options: "Options[Any]") -> Response:
     return problem(400, f"The {options.header} header is required")
 
 
-def refused_early(options: "Options[Any]", body: Optional[bytes], key: Optional[str]) -> Optional[Response]:
+KEY_NOT_UTF8 = "The Idempotency-Key header is not valid UTF-8"
+
+
+def key_text(header: str) -> Optional[str]:
+    """The key a header's value carries: its bytes read as UTF-8, as in every package of the
+    project, so that a retry moved to another package finds its key; None when they are not
+    UTF-8.  WSGI (PEP 3333) and ASGI servers give a header a character per byte (latin-1);
+    a value with a character past U+00FF was decoded before, and is taken as it is."""
+    try:
+        return header.encode("latin-1").decode("utf-8")
+    except UnicodeEncodeError:  # a character past U+00FF
+        pass
+    except UnicodeDecodeError:
+        return None
+    try:
+        header.encode("utf-8")  # no lone surrogate
+    except UnicodeEncodeError:
+        return None
+    return header
+
+
+def refused_early(options: "Options[Any]", body: Optional[bytes],
+                  header: Optional[str]) -> Tuple[Optional[Response], Optional[str]]:
     """The answers given before the hooks run: 413 for a body over Options.max_body_bytes
-    (None: the adapter stopped reading it there), 400 for a missing key."""
+    (None: the adapter stopped reading it there), 400 for a missing key or one that is
+    not UTF-8.  Returns (answer, None), or (None, the key: key_text of the header)."""
     if body is None:
         return problem(413, "The request body is too large", detail=f"The limit is "
-                       f"{options.max_body_bytes} bytes (the max_body_bytes option).")
-    if key is None and options.required:
-        return key_required(options)
-    return None
+                       f"{options.max_body_bytes} bytes (the max_body_bytes option)."), None
+    if header is None:
+        return (key_required(options) if options.required else None), None
+    key = key_text(header)
+    if key is None:
+        return problem(400, KEY_NOT_UTF8), None
+    return None, key
 
 
 def hook_failed() -> Response:
@@ -214,18 +240,20 @@ def hook_failed() -> Response:
 
 
 def admit(options: "Options[NativeRequest]", native: NativeRequest, method: str, route: str,
-          body: Optional[bytes], key: Optional[str]) -> Tuple[Optional[Response], str]:
+          body: Optional[bytes], header: Optional[str]
+          ) -> Tuple[Optional[Response], str, Optional[str]]:
     """What comes before the course: the early answers (refused_early), then the hooks,
-    whose failure answers hook_failed() and is logged.  Returns (answer, ""), or (None,
-    the scope)."""
-    refused = refused_early(options, body, key)
+    whose failure answers hook_failed() and is logged.  `header` is the key header's value
+    as the framework gives it, None when absent.  Returns (answer, "", None), or (None, the
+    scope, the key)."""
+    refused, key = refused_early(options, body, header)
     if refused is not None:
-        return refused, ""
+        return refused, "", None
     try:
-        return None, scope_of(options, native, method, route)
+        return None, scope_of(options, native, method, route), key
     except Exception:  # noqa: BLE001 - the hook's failure is answered, and logged
         log.exception("pg_idempotency: the tenant or scope hook raised")
-        return hook_failed(), ""
+        return hook_failed(), "", None
 
 
 def response_too_large(detail: Optional[str]) -> Response:
@@ -322,9 +350,19 @@ def byte_count(setting: Optional[str]) -> Optional[int]:
     return int(found.group(1)) << (10 * power)
 
 
+# The server transaction a statement runs in: the server process and the transaction's
+# start, as text that no setting changes.  A pooler in transaction mode runs a transaction
+# on one server connection from BEGIN to its end, so begin and complete name the same one
+# unless the transaction was split: ended early (a driver's named statement run as another
+# client's COMMIT or ROLLBACK, where that client prepared the name) with the rest run
+# elsewhere.
+SERVER_TRANSACTION = ("pg_catalog.concat(pg_catalog.pg_backend_pid(), ' ', pg_catalog.to_char("
+                      "pg_catalog.timezone('UTC', pg_catalog.now()), 'YYYY-MM-DD HH24:MI:SS.US'))")
+
 BEGIN_COLUMNS = ("outcome::text, response_status, response_headers::text, response_body_bytes,"
                  " response_body_omitted, retry_after_seconds, attempt, recovery_point,"
-                 " current_setting('idempotency.max_response_bytes', true)")
+                 " current_setting('idempotency.max_response_bytes', true), "
+                 + SERVER_TRANSACTION)
 
 
 def begin_query(scope: str, request: Request, options: "Options[Any]", lease: Optional[str],
@@ -349,8 +387,11 @@ COMPLETE = ("idempotency_complete(%s, %s, %s, response_headers => %s::jsonb,"
 
 
 def complete_query(scope: str, key: str, response: Response, options: "Options[Any]",
-                   attempt: Optional[int]) -> Query:
-    """Stores the response whole or fails with 54000: never a record without its body."""
+                   attempt: Optional[int], transaction: Optional[str]) -> Query:
+    """Stores the response whole or fails with 54000: never a record without its body.  Its
+    row is true (stored), false (not stored), or NULL when it did not run in `transaction`,
+    begin's SERVER_TRANSACTION (None: not checked, in two-phase mode, where they differ by
+    design)."""
     wanted = {name.lower() for name in options.stored_headers}
     headers: Dict[str, Any] = {}
     for name, value in response.headers:
@@ -362,10 +403,12 @@ def complete_query(scope: str, key: str, response: Response, options: "Options[A
     # idempotency.store_server_errors on: it is set for the transaction first, in the same
     # statement -- a CASE evaluates its condition before its result (PostgreSQL's manual,
     # "Expression Evaluation Rules").
-    sql = (f"SELECT CASE WHEN pg_catalog.set_config('idempotency.store_server_errors', 'on',"
-           f" true) IS NOT NULL THEN {COMPLETE} END" if response.status >= 500
-           else f"SELECT {COMPLETE}")
-    return Query(sql, (scope, key, response.status, json.dumps(headers), response.body, attempt))
+    server_errors = (" AND pg_catalog.set_config('idempotency.store_server_errors', 'on', true)"
+                     " IS NOT NULL" if response.status >= 500 else "")
+    sql = (f"SELECT CASE WHEN (%s::text IS NULL OR %s::text = {SERVER_TRANSACTION}){server_errors}"
+           f" THEN {COMPLETE} END")
+    return Query(sql, (transaction, transaction, scope, key, response.status, json.dumps(headers),
+                       response.body, attempt))
 
 
 def release_query(scope: str, key: str, attempt: Optional[int]) -> Query:
@@ -431,7 +474,7 @@ def course(request: Request, scope: str, options: "Options[Any]", polls: bool = 
         if options.lease is not None:
             return (yield from two_phase(request, scope, options, polls))
         (outcome, status, headers, body, omitted, retry_after_seconds, attempt, _,
-         limit) = yield from claim(scope, request, options, None, polls)
+         limit, transaction) = yield from claim(scope, request, options, None, polls)
         if outcome != "claimed":
             yield ROLLBACK
             return unclaimed(outcome, status, headers, body, omitted, retry_after_seconds)
@@ -443,7 +486,7 @@ def course(request: Request, scope: str, options: "Options[Any]", polls: bool = 
         if response.status >= 500 and not options.store_server_errors:
             yield ROLLBACK  # the work and the claim: a retry runs again
             return response
-        refused = yield from store(scope, request.key, response, options, None)
+        refused = yield from store(scope, request.key, response, options, None, transaction)
         if refused is not None:
             return refused
         yield COMMIT
@@ -457,22 +500,44 @@ def course(request: Request, scope: str, options: "Options[Any]", polls: bool = 
 
 
 def store(scope: str, key: str, response: Response, options: "Options[Any]",
-          attempt: Optional[int]) -> Generator[Step, Any, Optional[Response]]:
-    """idempotency_complete; None once stored.  Otherwise the transaction is rolled back, so
-    that a retry runs again, and the answer is returned: 500 for a response over
-    idempotency.max_response_bytes (54000), the response itself when the server did not
-    store it (complete returned false): the work never commits without its response."""
+          attempt: Optional[int], transaction: Optional[str]
+          ) -> Generator[Step, Any, Optional[Response]]:
+    """idempotency_complete, in `transaction` (complete_query); None once stored.  Otherwise
+    the transaction is rolled back, so that a retry runs again, and the answer is returned:
+    500 for a response over idempotency.max_response_bytes (54000) or for a transaction a
+    pooler split (split()), the response itself when the server did not store it
+    (complete returned false): the work never commits without its response."""
     try:
-        row = yield complete_query(scope, key, response, options, attempt)
+        row = yield complete_query(scope, key, response, options, attempt, transaction)
     except Exception as error:
         if sqlstate(error) != "54000":
             raise
         yield ROLLBACK
         return response_too_large(error_detail(error))
-    if row is None or row[0] is not True:
+    if row is None or row[0] is None:
+        yield ROLLBACK
+        return split()
+    if row[0] is not True:
         yield ROLLBACK
         return response
     return None
+
+
+SPLIT_TITLE = "The request's transaction was split by a connection pooler"
+
+
+def split() -> Response:
+    """begin and complete ran in different server transactions: a pooler split the
+    request's, and part of its work may have run outside it.  Nothing is acknowledged, and
+    the operator learns which setting to change."""
+    detail = ("idempotency_begin and idempotency_complete ran in different server transactions,"
+              " so the work was rolled back and nothing was stored. Behind a pooler in"
+              " transaction mode (PgBouncer before 1.21), use psycopg 3 with"
+              " prepare_threshold=None for the statements the handler runs (psycopg2 and"
+              " Django bind on the client and need nothing); from PgBouncer 1.21 set"
+              " max_prepared_statements; or use the pooler's session mode.")
+    log.error("pg_idempotency: %s", detail)
+    return problem(500, SPLIT_TITLE, detail=detail)
 
 
 def unprotected(scope: str) -> Course:
@@ -493,7 +558,7 @@ def two_phase(request: Request, scope: str, options: "Options[Any]", polls: bool
     key = request.key
     assert key is not None
     (outcome, status, headers, body, omitted, retry_after_seconds, attempt, recovery_point,
-     limit) = yield from claim(scope, request, options, options.lease, polls)
+     limit, _) = yield from claim(scope, request, options, options.lease, polls)
     yield COMMIT
     if outcome != "claimed":
         return unclaimed(outcome, status, headers, body, omitted, retry_after_seconds)
@@ -508,7 +573,7 @@ def two_phase(request: Request, scope: str, options: "Options[Any]", polls: bool
     if response.status >= 500 and not options.store_server_errors:
         yield from give_up(scope, key, attempt)
         return response
-    refused = yield from store(scope, key, response, options, attempt)
+    refused = yield from store(scope, key, response, options, attempt, None)
     if refused is not None:
         yield release_query(scope, key, attempt)
         yield COMMIT

@@ -78,13 +78,17 @@ class IdempotencyMiddleware:
             return self.get_response(request)
         options = options_of_route(self.options, match.func)
         body = read_body(request, options.max_body_bytes)
-        key = request.headers.get(options.header)
         assert request.method is not None
-        refused, namespace = admit(options, request, request.method, match.route, body, key)
+        # Django writes its patterns without the leading "/" that every other framework's
+        # have: with it, one route ("/orders") is one part of the fingerprint and of a
+        # per-route scope whichever package serves it.
+        route = "/" + match.route
+        refused, namespace, key = admit(options, request, request.method, route, body,
+                                        request.headers.get(options.header))
         if refused is not None:
             return to_django(refused)
         assert body is not None  # else refused (413)
-        incoming = Request(method=request.method, route=match.route, path=request.path,
+        incoming = Request(method=request.method, route=route, path=request.path,
                            query=request.META.get("QUERY_STRING", ""), body=body, key=key,
                            content_type=request.content_type or "")
 

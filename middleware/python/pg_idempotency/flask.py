@@ -40,8 +40,8 @@ def idempotent(connect: Callable[[], Any], release: Optional[Callable[[Any], Non
             assert native.url_rule is not None
             route = native.url_rule.rule
             body = read_body(native, settings.max_body_bytes)
-            key = native.headers.get(settings.header)
-            refused, namespace = admit(settings, native, native.method, route, body, key)
+            refused, namespace, key = admit(settings, native, native.method, route, body,
+                                            native.headers.get(settings.header))
             if refused is not None:
                 return to_flask(refused)
             assert body is not None  # else refused (413)

@@ -99,9 +99,9 @@ class IdempotencyMiddleware:
         pattern, route = found
         options = options_of_route(self.options, getattr(route, "endpoint", None))
         body = await read_body(receive, options.max_body_bytes)
-        key = Headers(scope=scope).get(options.header)
         native = StarletteRequest(scope, replay(body or b""))
-        refused, namespace = admit(options, native, scope["method"], pattern, body, key)
+        refused, namespace, key = admit(options, native, scope["method"], pattern, body,
+                                        Headers(scope=scope).get(options.header))
         if refused is not None:
             await respond(send, refused)
             return

@@ -68,7 +68,7 @@ urlpatterns = [path("orders", create_order), path("async/orders", create_order_a
 
 
 class DjangoMiddleware(Checks, unittest.TestCase):
-    route = "orders"  # Django's route pattern
+    route = "/orders"  # Django's route pattern, with the "/" of every framework's
     native_type = HttpRequest
     url = "/orders"
 
@@ -103,7 +103,7 @@ class DjangoMiddleware(Checks, unittest.TestCase):
 
 
 class DjangoAsyncView(DjangoMiddleware):
-    route = "async/orders"
+    route = "/async/orders"
     path = url = "/async/orders"
 
 

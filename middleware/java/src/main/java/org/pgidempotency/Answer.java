@@ -46,6 +46,25 @@ record Answer(int status, List<Map.Entry<String, String>> headers, byte[] body) 
         return null;
     }
 
+    /** A key header whose bytes are not UTF-8 ({@link Course#key}). */
+    static Answer keyNotUtf8() {
+        return problem(400, "The Idempotency-Key header is not valid UTF-8", null, null);
+    }
+
+    /**
+     * A request whose begin and complete ran in different server transactions: a pooler split
+     * its transaction, and part of its work may have run outside it. Nothing is acknowledged,
+     * and the operator learns which setting to change.
+     */
+    static Answer split() {
+        return problem(500, "The request's transaction was split by a connection pooler",
+            "idempotency_begin and idempotency_complete ran in different server transactions,"
+            + " so the work was rolled back and nothing was stored. Behind a pooler in"
+            + " transaction mode (PgBouncer before 1.21), pgjdbc needs prepareThreshold=0; from"
+            + " PgBouncer 1.21 set max_prepared_statements; or use the pooler's session mode.",
+            null);
+    }
+
     /**
      * A response over idempotency.max_response_bytes: it cannot be stored whole, so its
      * work rolled back and the client learns why, rather than a later replay answering

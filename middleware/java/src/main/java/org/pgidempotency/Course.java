@@ -3,6 +3,11 @@ package org.pgidempotency;
 import java.lang.reflect.InvocationHandler;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Proxy;
+import java.nio.ByteBuffer;
+import java.nio.CharBuffer;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.CodingErrorAction;
+import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -11,6 +16,7 @@ import java.sql.Statement;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -36,6 +42,21 @@ final class Course implements AutoCloseable {
 
     private static final Pattern BYTES = Pattern.compile("(\\d+)(B|kB|MB|GB|TB)?");
 
+    /**
+     * The server transaction a statement runs in: the server process and the transaction's
+     * start, as text that no setting changes. A pooler in transaction mode runs a transaction
+     * on one server connection from BEGIN to its end, so begin and complete name the same one
+     * unless the transaction was split: ended early (a driver's named statement run as
+     * another client's COMMIT or ROLLBACK, where that client prepared the name) with the rest
+     * run elsewhere.
+     */
+    static final String SERVER_TRANSACTION = "pg_catalog.concat(pg_catalog.pg_backend_pid(), ' ',"
+        + " pg_catalog.to_char(pg_catalog.timezone('UTC', pg_catalog.now()),"
+        + " 'YYYY-MM-DD HH24:MI:SS.US'))";
+
+    /** Numbers the statements that end a transaction (see {@link #end}). */
+    private static final AtomicLong ENDS = new AtomicLong();
+
     private final Options options;
     private final String scope;
     private final String key;
@@ -43,6 +64,9 @@ final class Course implements AutoCloseable {
     private final boolean autoCommitBefore;
     private Integer attempt;
     private String recoveryPoint;
+    // The server transaction begin ran in, which complete must run in too; null in
+    // two-phase mode, where they differ by design.
+    private String transaction;
     // Past this many body bytes a response cannot be stored: the server's
     // idempotency.max_response_bytes, which counts the body and the headers together.
     private long responseLimit = Long.MAX_VALUE;
@@ -55,6 +79,32 @@ final class Course implements AutoCloseable {
         this.connection = connection;
         this.autoCommitBefore = connection.getAutoCommit();
         connection.setAutoCommit(false);
+    }
+
+    /**
+     * The key a header's value carries: its bytes read as UTF-8, as in every package of the
+     * project, so that a retry moved to another package finds its key; null when they are not
+     * UTF-8. Servlet containers (Tomcat, Jetty, Undertow) give a header a character per byte
+     * (ISO-8859-1); a value with a character past U+00FF was decoded before, and is taken as
+     * it is.
+     */
+    static String key(String header) {
+        try {
+            if (header.chars().allMatch(c -> c <= 0xFF)) {
+                return StandardCharsets.UTF_8.newDecoder()
+                    .onMalformedInput(CodingErrorAction.REPORT)
+                    .onUnmappableCharacter(CodingErrorAction.REPORT)
+                    .decode(ByteBuffer.wrap(header.getBytes(StandardCharsets.ISO_8859_1)))
+                    .toString();
+            }
+            StandardCharsets.UTF_8.newEncoder() // no lone surrogate
+                .onMalformedInput(CodingErrorAction.REPORT)
+                .onUnmappableCharacter(CodingErrorAction.REPORT)
+                .encode(CharBuffer.wrap(header));
+            return header;
+        } catch (CharacterCodingException e) {
+            return null;
+        }
     }
 
     /** A course on a connection of its own, in a transaction. */
@@ -90,7 +140,7 @@ final class Course implements AutoCloseable {
         String sql = "SELECT outcome::text, response_status, response_headers::text,"
             + " response_body_bytes, response_body_omitted, retry_after_seconds, attempt,"
             + " recovery_point,"
-            + " current_setting('idempotency.max_response_bytes', true)"
+            + " current_setting('idempotency.max_response_bytes', true), " + SERVER_TRANSACTION
             + " FROM idempotency_begin(?, ?, request_hash_parts(?::text, ?::text, ?::text,"
             + " ?::text, request_hash_body(?::text, ?::bytea)::text)" + named + ")";
         try (PreparedStatement statement = connection.prepareStatement(sql)) {
@@ -105,7 +155,9 @@ final class Course implements AutoCloseable {
                     recoveryPoint = row.getString(8);
                     responseLimit = bytes(row.getString(9));
                     if (options.twoPhase()) {
-                        connection.commit();
+                        end("COMMIT");
+                    } else {
+                        transaction = row.getString(10);
                     }
                     return null;
                 }
@@ -122,7 +174,7 @@ final class Course implements AutoCloseable {
                     default -> Answer.problem(422,
                         "The Idempotency-Key was used for a different request", null, null);
                 };
-                connection.rollback();
+                end("ROLLBACK");
                 return answer;
             }
         }
@@ -185,15 +237,15 @@ final class Course implements AutoCloseable {
             return null;
         }
         try {
-            if (status >= 500) {
-                // The server stores a server error only with this setting (its default is
-                // off): set for this transaction, as the option asks.
-                try (Statement set = connection.createStatement()) {
-                    set.execute("SET LOCAL idempotency.store_server_errors = on");
-                }
+            Boolean stored = complete(status, headers, body);
+            if (stored == null) {
+                // begin and complete ran in different server transactions: a pooler split
+                // the request's, and part of its work may have run outside it.
+                giveUp();
+                return Answer.split();
             }
-            if (complete(status, headers, body)) {
-                connection.commit();
+            if (stored) {
+                end("COMMIT");
             } else {
                 giveUp(); // not stored: its work must not commit without it
             }
@@ -207,23 +259,52 @@ final class Course implements AutoCloseable {
         }
     }
 
-    /** idempotency_complete: whether the response was stored. */
-    private boolean complete(int status, Map<String, List<String>> headers, byte[] body)
+    /**
+     * idempotency_complete, in the server transaction begin ran in: whether the response was
+     * stored, or null when the statement ran in another one. The server stores a server
+     * error only with idempotency.store_server_errors on (its default is off): set for this
+     * transaction first, as the option asks, in the same statement -- a CASE evaluates its
+     * condition before its result (PostgreSQL's manual, "Expression Evaluation Rules").
+     */
+    private Boolean complete(int status, Map<String, List<String>> headers, byte[] body)
         throws SQLException {
+        String serverErrors = status >= 500 ? " AND pg_catalog.set_config("
+            + "'idempotency.store_server_errors', 'on', true) IS NOT NULL" : "";
         try (PreparedStatement complete = connection.prepareStatement(
-            "SELECT idempotency_complete(?, ?, ?, response_headers => ?::jsonb,"
-                + " response_body_bytes => ?, attempt => ?, omit_oversized => false)")) {
-            complete.setString(1, scope);
-            complete.setString(2, key);
-            complete.setInt(3, status);
-            complete.setString(4, Json.headers(headers));
-            complete.setBytes(5, body);
+            "SELECT CASE WHEN (?::text IS NULL OR ?::text = " + SERVER_TRANSACTION + ")"
+                + serverErrors + " THEN idempotency_complete(?, ?, ?, response_headers => ?::jsonb,"
+                + " response_body_bytes => ?, attempt => ?, omit_oversized => false) END")) {
+            complete.setString(1, transaction);
+            complete.setString(2, transaction);
+            complete.setString(3, scope);
+            complete.setString(4, key);
+            complete.setInt(5, status);
+            complete.setString(6, Json.headers(headers));
+            complete.setBytes(7, body);
             // One transaction: the claim is this transaction's own, whatever its attempt.
-            complete.setObject(6, options.twoPhase() ? attempt : null, java.sql.Types.INTEGER);
+            complete.setObject(8, options.twoPhase() ? attempt : null, java.sql.Types.INTEGER);
             try (ResultSet stored = complete.executeQuery()) {
                 stored.next();
-                return stored.getBoolean(1);
+                boolean value = stored.getBoolean(1);
+                return stored.wasNull() ? null : value;
             }
+        }
+    }
+
+    /**
+     * Ends the transaction, a claim's, with COMMIT or ROLLBACK, in a statement text used once.
+     * pgjdbc runs commit() and rollback() as named prepared statements once a connection has
+     * sent them prepareThreshold times (5). Behind a pooler in transaction mode (PgBouncer
+     * before 1.21) a name prepared on one server connection can stand for another client's
+     * statement on the next: a COMMIT run there as that client's ROLLBACK looks like a commit
+     * (pgjdbc does not read the command tag), and a ROLLBACK run as a COMMIT commits work
+     * that failed. A text sent once is never bound to a name prepared before: it runs as
+     * itself, or fails. (Where no transaction is open, pgjdbc begins one first, which the
+     * statement ends.)
+     */
+    private void end(String command) throws SQLException {
+        try (Statement statement = connection.createStatement()) {
+            statement.execute(command + " /* pg-idempotency " + ENDS.incrementAndGet() + " */");
         }
     }
 
@@ -232,8 +313,12 @@ final class Course implements AutoCloseable {
      * mode the committed claim is released, so that a retry goes on at once.
      */
     void giveUp() throws SQLException {
-        connection.rollback();
-        if (key == null || !options.twoPhase()) {
+        if (key == null) {
+            connection.rollback();
+            return;
+        }
+        end("ROLLBACK");
+        if (!options.twoPhase()) {
             return;
         }
         try (PreparedStatement release = connection.prepareStatement(
@@ -242,10 +327,10 @@ final class Course implements AutoCloseable {
             release.setString(2, key);
             release.setInt(3, attempt);
             release.executeQuery().close();
-            connection.commit();
+            end("COMMIT");
         } catch (SQLException e) {
             // The lease ends by itself; a newer attempt may hold the key already (IK003).
-            connection.rollback();
+            end("ROLLBACK");
         }
     }
 
@@ -263,7 +348,7 @@ final class Course implements AutoCloseable {
             checkpoint.setInt(4, attempt);
             checkpoint.executeQuery().close();
         }
-        connection.commit();
+        end("COMMIT");
         recoveryPoint = point;
     }
 

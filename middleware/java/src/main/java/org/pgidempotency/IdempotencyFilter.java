@@ -99,9 +99,9 @@ public final class IdempotencyFilter implements Filter {
             chain.doFilter(servletRequest, servletResponse);
             return;
         }
-        String key = request.getHeader(options.header());
+        String header = request.getHeader(options.header());
         try {
-            if (key == null) {
+            if (header == null) {
                 if (options.required()) {
                     send(response, Answer.problem(400,
                         "The " + options.header() + " header is required", null, null));
@@ -110,6 +110,11 @@ public final class IdempotencyFilter implements Filter {
                 try (Course course = Course.open(options, null, null)) {
                     run(course, new SynchronousRequest(request), response, chain, options);
                 }
+                return;
+            }
+            String key = Course.key(header);
+            if (key == null) {
+                send(response, Answer.keyNotUtf8());
                 return;
             }
             BufferedRequest buffered = BufferedRequest.read(request, options.maxRequestBytes());

@@ -56,7 +56,7 @@ final class TestApp {
 
     /**
      * Whether the README's example, middleware/java/examples/Orders.java, was compiled with
-     * the tests (test/t/058 compiles it; Maven does not).
+     * the tests (pom.xml's testCompile does).
      */
     static boolean exampleCompiled() {
         try {
