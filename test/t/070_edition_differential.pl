@@ -55,22 +55,11 @@ for my $what ('complete', 'PREPARE', 'COMMIT PREPARED', 'ROLLBACK PREPARED', 'la
 }
 note $stdout;
 
-# Digests.  An extension that still hashes by 0.4.0's rules (the fingerprint
-# rules of 0.5.0 are being brought to it) is compared on every input but
-# those whose digest 0.5.0 changes.
-my $new_rules = $node->safe_psql('extension',
-	q{SELECT request_hash('[1e131000]'::jsonb)::text
-	       = 'e17d3712076f05078f807dce2cc04953d9e0c31adb6cc3fbcd144d0b8a76a3c0'});
-TODO:
-{
-	local $TODO = 'the extension does not hash by the 0.5.0 fingerprint rules yet' if $new_rules ne 't';
-	is($new_rules, 't', 'the extension hashes a number beyond the short form by its binary form');
-}
+# Digests: every input, both editions by the fingerprint rules of 0.5.0.
 $passed = IPC::Run::run(
 	[
 		'/usr/bin/python3', 'test/differential/digests.py',
-		'--extension', dsn('extension'), '--edition', dsn('edition'), '--count', 3000,
-		($new_rules eq 't' ? () : ('--rules-0.4'))
+		'--extension', dsn('extension'), '--edition', dsn('edition'), '--count', 3000
 	],
 	'>', \$stdout, '2>', \$stderr);
 ok($passed, 'the editions give the same digest, or the same error, for every input') or diag("$stdout\n$stderr");
