@@ -1,4 +1,6 @@
-# The cross-edition differential test (doc/sql-edition.md): the same random
+# The cross-edition differential test (doc/sql-edition.md): first the
+# surface (every function's arguments, defaults and result, the result rows'
+# columns, the outcomes) compared between the editions; then the same random
 # sequences of claims, completions, checkpoints, releases, forgets, lookups,
 # listings, savepoints, rollbacks, prepared transactions, cancelled waits and
 # terminated sessions (test/differential/claims.py) run against the extension
@@ -33,6 +35,48 @@ sub dsn
 {
 	my $server = $_[0] eq 'edition' ? $edition_node : $node;
 	return sprintf('host=%s port=%d dbname=%s', $server->host, $server->port, $_[0]);
+}
+
+# The contract's surface: every function of the extension's schema with its
+# argument list (names, defaults), result, volatility and parallel safety,
+# the result row types' columns and the outcomes, the same in the edition but
+# for the rows of doc/sql-edition.md's table (and the edition's own calls).
+my $surface = q{
+	SELECT 'function ' || p.proname || '(' || pg_get_function_arguments(p.oid) || ') -> '
+	       || coalesce(pg_get_function_result(p.oid), 'procedure') || ' volatile=' || p.provolatile::text
+	       || ' parallel=' || p.proparallel::text || ' strict=' || p.proisstrict::text
+	  FROM pg_proc AS p WHERE p.pronamespace = 'public'::regnamespace
+	UNION ALL
+	SELECT 'column ' || t.typname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+	       || ' #' || a.attnum
+	  FROM pg_type AS t JOIN pg_attribute AS a ON a.attrelid = t.typrelid
+	 WHERE t.typnamespace = 'public'::regnamespace AND t.typtype = 'c' AND a.attnum > 0 AND NOT a.attisdropped
+	UNION ALL
+	SELECT 'label ' || t.typname || '.' || e.enumlabel || ' #' || e.enumsortorder
+	  FROM pg_type AS t JOIN pg_enum AS e ON e.enumtypid = t.oid
+	 WHERE t.typnamespace = 'public'::regnamespace
+	ORDER BY 1};
+my %extension_surface = map { $_ => 1 } split /\n/, $node->safe_psql('extension', $surface);
+my %edition_surface = map { $_ => 1 } split /\n/, $edition_node->safe_psql('edition', $surface);
+# The table's rows: Citus, the type's support functions and its untyped
+# constructor; the edition's tenants and schedule.
+my $extension_only = qr/^function (idempotency_distribute|request_hash_(in|out|recv|send|eq|ne|lt|le|gt|ge|cmp|hash|hash_extended))\(|^function request_hash\(unknown\)/;
+my $edition_only = qr/^function idempotency_(tenant_isolation|schedule_expiry|unschedule_expiry|expire_batches)\(/;
+my @missing = grep { !$edition_surface{$_} && !/$extension_only/ } sort keys %extension_surface;
+my @extra = grep { !$extension_surface{$_} && !/$edition_only/ } sort keys %edition_surface;
+ok(keys %extension_surface > 40 && !@missing && !@extra,
+	'the edition has every function, argument, default, result column and outcome of the extension')
+  or diag(join("\n", 'only the extension:', @missing, 'only the edition:', @extra));
+for my $call (qw(idempotency_begin idempotency_complete idempotency_checkpoint idempotency_release
+	idempotency_forget idempotency_lookup idempotency_keys idempotency_expire idempotency_stats
+	idempotency_scope_stats idempotency_key_problem request_hash_jsonb request_hash_body))
+{
+	ok((grep { /^function \Q$call\E\(/ } keys %edition_surface), "the edition has $call");
+}
+for my $argument ('text', 'bytea', 'jsonb', 'character varying', 'character', 'VARIADIC text[]')
+{
+	ok($edition_surface{"function request_hash($argument) -> request_hash volatile=i parallel=s strict=true"},
+		"the edition has request_hash($argument)");
 }
 
 my $seconds = $ENV{DIFFERENTIAL_SECONDS} // 60;
