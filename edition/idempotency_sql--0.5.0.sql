@@ -330,9 +330,11 @@ COMMENT ON FUNCTION idempotency.json_nests_deeper(text, integer) IS
     'whether JSON text opens more than depth containers at once (strings aside), without recursion';
 
 -- The fingerprint of a request body (doc/reference.md, request_hash_body):
--- by its value when it is of a JSON media type, valid text, nested at most
--- 128 deep and one document jsonb reads; else by its bytes, domain-separated
--- from every JSON encoding.  The checks run in the order that keeps a
+-- by its value when the database is UTF8 (JSON is UTF-8 text; read in
+-- another encoding distinct bodies would collide, so every body there takes
+-- the bytes rule, as in the extension), it is of a JSON media type, valid
+-- UTF-8, nested at most 128 deep and one document jsonb reads; else by its
+-- bytes, domain-separated from every JSON encoding.  The checks run in the order that keeps a
 -- number beyond numeric's range the only error: text and nesting first,
 -- then json's syntax and escapes (json_strip_nulls reads every escape but
 -- converts no number), and jsonb last.
@@ -342,9 +344,9 @@ CREATE FUNCTION idempotency.body_digest(content_type text, body bytea) RETURNS t
 DECLARE
     document pg_catalog.text;
 BEGIN
-    IF idempotency.is_json_media_type(content_type) THEN
+    IF pg_catalog.getdatabaseencoding() OPERATOR(pg_catalog.=) 'UTF8' AND idempotency.is_json_media_type(content_type) THEN
         BEGIN
-            document := pg_catalog.convert_from(body, pg_catalog.getdatabaseencoding());
+            document := pg_catalog.convert_from(body, 'UTF8');
             IF idempotency.json_nests_deeper(document, 128) THEN
                 document := NULL;
             ELSE

@@ -9,7 +9,8 @@
 # not say otherwise, and no claimed answer may contradict what the other
 # transactions hold or what committed.  Then the same digests, or the same
 # SQLSTATE, for random and hostile inputs of every request_hash constructor
-# (test/differential/digests.py).  DIFFERENTIAL_SECONDS sets how long the
+# (test/differential/digests.py), and request_hash_body's bytes rule in a
+# database that is not UTF8.  DIFFERENTIAL_SECONDS sets how long the
 # sequences run (60 by default).
 use strict;
 use warnings;
@@ -109,5 +110,35 @@ $passed = IPC::Run::run(
 ok($passed, 'the editions give the same digest, or the same error, for every input') or diag("$stdout\n$stderr");
 like($stdout, qr/^[1-9]\d* inputs gave the same digest/m, 'digests were compared');
 note $stdout;
+
+# request_hash_body in a database that is not UTF8: every body by its bytes
+# (fingerprint rules of 0.5.0: JSON is UTF-8 text, and read as LATIN1
+# distinct bodies would collide), JSON or not, with the reserved prefix kept
+# apart as everywhere.
+my $latin1_bodies = q{
+	SELECT string_agg((request_hash_body(content_type, body)::text
+	                   = encode(sha256(CASE WHEN substr(body, 1, 25) = 'idempotency.request_hash.'::bytea
+	                                        THEN 'idempotency.request_hash.bytes\000'::bytea || body ELSE body END),
+	                            'hex'))::text, ' ' ORDER BY n)
+	  FROM (VALUES (1, 'application/json', '{"a": 1}'::bytea), (2, 'application/json', '{"a":1}'::bytea),
+	               (3, 'application/vnd.api+json', '[1.50, "x"]'::bytea), (4, 'application/json', '\x22e922'::bytea),
+	               (5, 'application/json', '\x22c3a922'::bytea), (6, 'text/plain', '{"a": 1}'::bytea),
+	               (7, 'application/json', 'idempotency.request_hash.jsonb.v1'::bytea)) AS b (n, content_type, body)};
+my %latin1;
+for my $edition ([ $node, 'idempotency' ], [ $edition_node, 'idempotency_sql' ])
+{
+	my ($server, $extension) = @$edition;
+	$server->safe_psql('postgres', "CREATE DATABASE latin1 ENCODING 'LATIN1' LOCALE 'C' TEMPLATE template0");
+	$server->safe_psql('latin1', "CREATE EXTENSION $extension");
+	$latin1{$extension} = $server->safe_psql('latin1', $latin1_bodies);
+}
+my $by_bytes = join(' ', ('true') x 7);
+is($latin1{idempotency_sql}, $by_bytes, 'the edition hashes every body by its bytes in a LATIN1 database');
+TODO:
+{
+	local $TODO = 'the extension applies the JSON rule in any encoding (src/request_hash.cpp, is_json_body), '
+	  . 'not only in a UTF8 database as the fingerprint rules of 0.5.0 now say';
+	is($latin1{idempotency}, $latin1{idempotency_sql}, 'the editions give the same body digests in a LATIN1 database');
+}
 
 done_testing();
