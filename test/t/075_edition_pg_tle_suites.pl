@@ -65,7 +65,10 @@ for my $kind ('regress', 'isolation')
 	IPC::Run::run(
 		[
 			$driver, '--use-existing', "--bindir=", '--host=' . $node->host, '--port=' . $node->port,
-			"--inputdir=$inputdir", "--outputdir=$outputdir", "--dbname=$db", @{ $names{$kind} }
+			"--inputdir=$inputdir", "--outputdir=$outputdir", "--dbname=$db",
+			# 16 and later read the expected outputs from the working
+			# directory's expected/ (the extension's) unless told.
+			($node->pg_version >= 16 ? ("--expecteddir=$inputdir") : ()), @{ $names{$kind} }
 		],
 		'>', \$out, '2>', \$err);
 	for my $name (@{ $names{$kind} })

@@ -12,7 +12,8 @@ SELECT pg_describe_object(d.classid, d.objid, 0) AS uncommented
  WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idempotency_sql') AND d.deptype = 'e'
    AND obj_description(d.objid, d.classid::regclass::name) IS NULL
    AND NOT (d.classid = 'pg_type'::regclass AND EXISTS (SELECT FROM pg_type AS t
-              WHERE t.oid = d.objid AND (t.typelem <> 0 OR t.typrelid <> 0 AND t.typtype <> 'c')))
+              WHERE t.oid = d.objid AND (t.typelem <> 0 OR EXISTS (SELECT FROM pg_class AS c
+                                                                   WHERE c.oid = t.typrelid AND c.relkind <> 'c'))))
  ORDER BY 1;
 
 --
