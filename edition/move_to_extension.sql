@@ -40,9 +40,17 @@ $$;
 LOCK TABLE idempotency.keys IN ACCESS EXCLUSIVE MODE;
 
 -- What moves: the rows, the tenants, the owner's limits, and who may execute
--- the API functions.
-CREATE TEMPORARY TABLE moved_keys ON COMMIT DROP AS SELECT * FROM idempotency.keys;
-CREATE TEMPORARY TABLE moved_tenants ON COMMIT DROP AS SELECT tenant FROM idempotency.tenants;
+-- the API functions.  The keys and the isolation of a role dropped since
+-- stay behind, as the edition's next expiry would have deleted them: no one
+-- can reach them, and the extension has no setting for a role that does not
+-- exist.
+CREATE TEMPORARY TABLE moved_keys ON COMMIT DROP AS
+    SELECT * FROM idempotency.keys AS k
+     WHERE k.tenant::pg_catalog.oid OPERATOR(pg_catalog.=) 0::pg_catalog.oid
+        OR EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) k.tenant::pg_catalog.oid);
+CREATE TEMPORARY TABLE moved_tenants ON COMMIT DROP AS
+    SELECT t.tenant FROM idempotency.tenants AS t
+     WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) t.tenant::pg_catalog.oid);
 CREATE TEMPORARY TABLE moved_settings ON COMMIT DROP AS SELECT * FROM idempotency.settings;
 CREATE TEMPORARY TABLE moved_grants ON COMMIT DROP AS
     SELECT DISTINCT p.proname, a.grantee, a.is_grantable

@@ -6,7 +6,7 @@
 # with its record and answers -- a stored response (jsonb, bytes, omitted),
 # a claim whose lease runs (attempt, recovery point, claim data), one whose
 # lease ended, an expired one, a tenant's -- and so do the tenants and the
-# grants.  Every lookup is the same before and after, byte for byte; the
+# grants; the key of a tenant role dropped since stays behind.  Every lookup is the same before and after, byte for byte; the
 # replays are the same; the running claim still holds, the ended one is taken
 # over with the next attempt and its recovery point, the expired key is new.
 use strict;
@@ -150,6 +150,18 @@ for my $form ('directory', 'plain', 'pg_tle')
 		SELECT idempotency_complete('orders', 'k', 201, '{"tenant": "a"}');
 		COMMIT;
 	});
+	# A tenant dropped since its key was stored, before an expiry deleted it.
+	$node->safe_psql($db, q{
+		CREATE ROLE tenant_gone LOGIN IN ROLE app;
+		SELECT idempotency_tenant_isolation('tenant_gone');
+	});
+	as_role('tenant_gone', $db, q{
+		BEGIN;
+		SELECT idempotency_begin('orders', 'gone', request_hash('POST /orders'::text));
+		SELECT idempotency_complete('orders', 'gone', 201);
+		COMMIT;
+	});
+	$node->safe_psql($db, q{DROP ROLE tenant_gone});
 	$node->safe_psql($db, q{UPDATE idempotency.keys SET expires_at = now() - interval '1 hour' WHERE key = 'expired'});
 	my $before = lookups($db);
 	my $replayed = as_role('app', $db, $replays);
@@ -159,7 +171,8 @@ for my $form ('directory', 'plain', 'pg_tle')
 	preload($form eq 'pg_tle' ? 'idempotency, pg_tle' : 'idempotency');
 	my ($moved, $out) = run_file($db, "$forms/idempotency_sql.move-to-extension.sql", '-v', 'schema=public');
 	ok($moved, "$form: the move runs");
-	like($out, qr/move-to-extension: 7 keys now in the extension idempotency/, "$form: it moves every row");
+	like($out, qr/move-to-extension: 7 keys now in the extension idempotency/,
+		"$form: it moves every row, but the dropped tenant's");
 	is($node->safe_psql($db, q{SELECT string_agg(extname, ' ' ORDER BY extname) FROM pg_extension
 	                          WHERE extname LIKE 'idempotency%'}),
 		'idempotency', "$form: the extension is installed, the edition gone");
