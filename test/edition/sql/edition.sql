@@ -189,6 +189,21 @@ SELECT request_hash('[1e131000]'::jsonb) = 'e17d3712076f05078f807dce2cc04953d9e0
            = 'f04aa82973e53312530ce6635aa3669455d1d277dea6d372c73e104a5fe78a73' AS reserved_prefix;
 
 --
+-- idempotency_keys lists a scope's live keys in key order (bytewise, not
+-- the database's collation): each page starts after the last key, listed
+-- or not.
+--
+BEGIN;
+SELECT count(*) AS claimed
+  FROM unnest(ARRAY['b', 'a', 'B', 'c', 'é', 'd']) AS k,
+       idempotency_begin('list', k, request_hash('r'::text), lease => '1 hour') AS b
+ WHERE b.outcome = 'claimed';
+SELECT array_agg(key) AS listed FROM idempotency_keys('list');
+SELECT array_agg(key) AS page_after_a FROM idempotency_keys('list', after_key => 'a', max_keys => 2);
+SELECT array_agg(key) AS after_unlisted_bz FROM idempotency_keys('list', after_key => 'bz');
+ROLLBACK;
+
+--
 -- Statistics: none kept, as the extension without shared_preload_libraries.
 --
 SELECT preloaded, claims IS NULL AS no_counters FROM idempotency_stats();
