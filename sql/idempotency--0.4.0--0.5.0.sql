@@ -17,6 +17,167 @@ COMMENT ON FUNCTION idempotency.require_tested_citus() IS
     'for idempotency_distribute: fails (0A000) unless the loaded Citus library and the installed citus extension are a release tested on this PostgreSQL major';
 REVOKE ALL ON FUNCTION idempotency.require_tested_citus() FROM PUBLIC;
 
+-- ---------------------------------------------------------------------------
+-- Keys stored under a 128-bit digest
+-- ---------------------------------------------------------------------------
+
+-- The primary key was (tenant, scope, key): every request descended it
+-- comparing text, and every new key wrote its scope and key into it again.
+-- From 0.5.0 on it is the digest alone, 16 bytes: a 128-bit keyed hash of
+-- the tenant, scope and key (SipHash-2-4 under the secret below;
+-- src/key_digest.hpp gives the construction), with the key's columns kept in
+-- the row and compared after each fetch: two keys with one digest are an
+-- error (IK008), never taken for one another.  The tenant enters the digest
+-- as its number in idempotency.tenants below, not as the role's OID: a dump
+-- writes a role as its name, and a restore into another cluster reads it
+-- back as the role's OID there.
+--
+-- The secret: 16 random bytes, one row, made here, committed with the
+-- extension -- not by a request's write, whose transaction would hold the
+-- lock that makes it to its end, a prepared one for as long as it stays
+-- prepared.  Registered with pg_extension_config_dump, so that pg_dump keeps
+-- it with the keys; a restore runs this script first, which makes a new one,
+-- and then loads the dumped row, which replaces it (the trigger below).  It
+-- never changes otherwise; the keys' digests are only found with it.
+CREATE TABLE idempotency.digest_secret (
+    secret pg_catalog.bytea NOT NULL
+        CONSTRAINT digest_secret_16_bytes
+        CHECK (pg_catalog.octet_length(secret) OPERATOR(pg_catalog.=) 16)
+);
+CREATE UNIQUE INDEX digest_secret_one_row ON idempotency.digest_secret ((true));
+COMMENT ON INDEX idempotency.digest_secret_one_row IS 'keeps idempotency.digest_secret to one row';
+COMMENT ON TABLE idempotency.digest_secret IS
+    'the secret of the keys'' digests (one row, made by CREATE EXTENSION, kept by pg_dump with the keys): never change or delete it';
+REVOKE ALL ON TABLE idempotency.digest_secret FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('idempotency.digest_secret', '');
+CREATE FUNCTION idempotency.replace_digest_secret() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+BEGIN
+    DELETE FROM idempotency.digest_secret;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION idempotency.replace_digest_secret() IS
+    'a secret inserted into idempotency.digest_secret replaces the one there: a restore loads the dumped secret over the one CREATE EXTENSION made';
+REVOKE ALL ON FUNCTION idempotency.replace_digest_secret() FROM PUBLIC;
+CREATE TRIGGER digest_secret_replaced BEFORE INSERT ON idempotency.digest_secret
+    FOR EACH ROW EXECUTE FUNCTION idempotency.replace_digest_secret();
+COMMENT ON TRIGGER digest_secret_replaced ON idempotency.digest_secret IS
+    'a restore''s secret replaces the one CREATE EXTENSION made';
+INSERT INTO idempotency.digest_secret
+SELECT pg_catalog.substr(pg_catalog.sha256(pg_catalog.uuid_send(pg_catalog.gen_random_uuid())
+                                           OPERATOR(pg_catalog.||)
+                                           pg_catalog.uuid_send(pg_catalog.gen_random_uuid())), 1, 16);
+
+-- The tenants' numbers (src/tenants.hpp).  With idempotency.tenant_isolation
+-- = role, a role's first call that stores a key numbers it here, in its own
+-- transaction, with the next value of the sequence: a number is never handed
+-- out twice, and 0, no tenant, never.  Both are registered with
+-- pg_extension_config_dump, so that pg_dump keeps them with the keys; the
+-- role column is written as the role's name and read back by name, so that
+-- a restore into another cluster, where the role has another OID, gives it
+-- the same number, and its keys the same digests.  The rows of roles that
+-- no longer exist, which the expiry sweep deletes, are left out of a dump:
+-- their role would be written as a bare OID, which the restore would read as
+-- whichever role has that OID there.
+CREATE SEQUENCE idempotency.tenant_numbers AS pg_catalog.int4 MINVALUE 1 NO CYCLE;
+COMMENT ON SEQUENCE idempotency.tenant_numbers IS
+    'the next tenant number of idempotency.tenants (kept by pg_dump): never reset it';
+REVOKE ALL ON SEQUENCE idempotency.tenant_numbers FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('idempotency.tenant_numbers', '');
+CREATE TABLE idempotency.tenants (
+    number pg_catalog.int4 NOT NULL
+        CONSTRAINT tenants_pkey PRIMARY KEY
+        CONSTRAINT tenants_number_positive CHECK (number OPERATOR(pg_catalog.>) 0),
+    role pg_catalog.regrole NOT NULL
+        CONSTRAINT tenants_role_key UNIQUE
+);
+COMMENT ON TABLE idempotency.tenants IS
+    'the number each tenant role enters the keys'' digests with (made by its first key, kept by pg_dump with the keys): never change or delete a row';
+COMMENT ON COLUMN idempotency.tenants.number IS
+    'the role''s number in this database''s key digests (0, no tenant, has no row)';
+COMMENT ON COLUMN idempotency.tenants.role IS
+    'the tenant role (idempotency.tenant_isolation = role); dumped as the role''s name';
+COMMENT ON INDEX idempotency.tenants_role_key IS
+    'one number per role: two first calls of a role at once agree on one';
+REVOKE ALL ON TABLE idempotency.tenants FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('idempotency.tenants',
+    'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) tenants.role::pg_catalog.oid)');
+
+-- The one way to compute a key's digest in this database, for whatever
+-- moves keys into idempotency.keys: this update, and the move from the SQL
+-- edition (doc/operations.md, "Moving keys in").  It makes the secret when
+-- there is none and numbers a tenant that has no number, so it needs a
+-- writable transaction then.
+CREATE FUNCTION idempotency.key_digest(tenant pg_catalog.regrole, scope pg_catalog.text,
+                                       key pg_catalog.text)
+    RETURNS pg_catalog.uuid
+    AS 'MODULE_PATHNAME', 'idempotency_key_digest' LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION idempotency.key_digest(pg_catalog.regrole, pg_catalog.text, pg_catalog.text) IS
+    'the digest idempotency.keys stores a tenant''s (or, for 0, no tenant''s) key of a scope under in this database; makes the database''s secret if it has none, numbers the tenant if it has no number';
+REVOKE ALL ON FUNCTION idempotency.key_digest(pg_catalog.regrole, pg_catalog.text, pg_catalog.text) FROM PUBLIC;
+
+-- The new column, at the end (as each version's are), then one rewrite of
+-- the table that fills it, and the new primary key built once, sorted.  (An
+-- UPDATE instead would leave every row's old version behind, and write each
+-- new one into the old primary key.)  Measured: doc/operations.md,
+-- "Updating to 0.5.0".  First the keys of roles dropped since they were
+-- stored go, as the next sweep would delete them (nobody can reach them,
+-- and a role that no longer exists gets no number), and each tenant that
+-- has keys is numbered.
+--
+-- Keys that Citus already distributes keep their layout: the library serves
+-- a table without the digest column as it served 0.4.0's (its primary key
+-- (tenant, scope, key), and shard_key with a typed tenant), and the
+-- rewrite would have to run on every node's shards with one secret before
+-- the primary key could change on the coordinator (doc/citus.md, "Updating
+-- to 0.5.0").  Citus's catalogs are named only inside EXECUTE: the
+-- extension does not need Citus.
+DO $$
+DECLARE
+    distributed boolean := false;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p
+                                 WHERE p.logicalrelid OPERATOR(pg_catalog.=) ''idempotency.keys''::pg_catalog.regclass)'
+            INTO distributed;
+    END IF;
+    IF distributed THEN
+        RAISE NOTICE 'idempotency.keys is distributed by Citus: its keys keep the layout of 0.4.0'
+            USING DETAIL = 'The functions serve it as they did; a new request costs what it cost under 0.4.0.';
+        RETURN;
+    END IF;
+    DELETE FROM idempotency.keys AS k
+     WHERE k.tenant::pg_catalog.oid OPERATOR(pg_catalog.<>) 0::pg_catalog.oid
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r
+                        WHERE r.oid OPERATOR(pg_catalog.=) k.tenant::pg_catalog.oid);
+    PERFORM idempotency.key_digest(t.tenant, '', '')
+       FROM (SELECT DISTINCT k.tenant FROM idempotency.keys AS k
+              WHERE k.tenant::pg_catalog.oid OPERATOR(pg_catalog.<>) 0::pg_catalog.oid) AS t
+      ORDER BY t.tenant::pg_catalog.oid;
+    ALTER TABLE idempotency.keys ADD COLUMN digest pg_catalog.uuid;
+    COMMENT ON COLUMN idempotency.keys.digest IS
+        'the primary key: a 128-bit keyed digest of (tenant, scope, key) under idempotency.digest_secret, the tenant by its number in idempotency.tenants';
+    ALTER TABLE idempotency.keys
+        ALTER COLUMN digest TYPE pg_catalog.uuid USING idempotency.key_digest(tenant, scope, key),
+        ALTER COLUMN digest SET NOT NULL,
+        DROP CONSTRAINT keys_pkey,
+        ADD CONSTRAINT keys_pkey PRIMARY KEY (digest);
+END
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Citus: keys under their digest
+-- ---------------------------------------------------------------------------
+-- idempotency_distribute() of a table at 0.5.0's layout puts the
+-- distribution column beside the digest in the primary key (Citus takes it
+-- in every unique constraint), stores a key moved to its tenant's canonical
+-- scope under that scope's digest, and makes idempotency.digest_secret a
+-- reference table, so that every node -- and a node a shard moves to --
+-- digests keys with one secret.
+--
 -- The new body replaces the old function, as the update to 0.4.0 replaced
 -- idempotency_complete: the old one steps aside under another name, the new
 -- one is created as a fresh install has it, whoever may execute the old one
@@ -42,6 +203,7 @@ DECLARE
     node record;
     keys_distributed boolean;
     alter_tables text[] := '{}';
+    by_digest boolean;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension AS e
                     WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
@@ -76,6 +238,11 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Pass the table the keys were distributed with.';
     END IF;
+    -- A table at 0.5.0's layout: keys under their digest, whose primary key
+    -- takes the distribution column beside the digest, as Citus requires.
+    by_digest := EXISTS (SELECT FROM pg_catalog.pg_attribute AS a
+                          WHERE a.attrelid OPERATOR(pg_catalog.=) 'idempotency.keys'::pg_catalog.regclass
+                            AND a.attname OPERATOR(pg_catalog.=) 'digest' AND NOT a.attisdropped);
     SELECT p.partmethod, p.repmodel,
            pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) AS column_name
       INTO dist
@@ -104,6 +271,12 @@ BEGIN
        AND column_collation OPERATOR(pg_catalog.=) 'pg_catalog."C"'::pg_catalog.regcollation THEN
         distribution_column := 'scope';
         scope_type := 'pg_catalog.text'::pg_catalog.regtype;
+        IF by_digest AND NOT keys_distributed THEN
+            alter_keys := 'ALTER TABLE idempotency.keys DROP CONSTRAINT keys_pkey, '
+                          'ADD CONSTRAINT keys_pkey PRIMARY KEY (digest, scope)';
+            EXECUTE alter_keys;
+            alter_tables := alter_tables OPERATOR(pg_catalog.||) alter_keys;
+        END IF;
     ELSIF column_type OPERATOR(pg_catalog.=) ANY (ARRAY['pg_catalog.int8'::pg_catalog.regtype,
                                                          'pg_catalog.int4'::pg_catalog.regtype,
                                                          'pg_catalog.uuid'::pg_catalog.regtype]) THEN
@@ -115,8 +288,9 @@ BEGIN
             alter_keys := pg_catalog.format(
                 'ALTER TABLE idempotency.keys ALTER COLUMN shard_key TYPE %1$s USING scope::%1$s, '
                 'DROP CONSTRAINT keys_pkey, '
-                'ADD CONSTRAINT keys_pkey PRIMARY KEY (tenant, scope, key, shard_key)',
-                column_type::pg_catalog.regtype);
+                'ADD CONSTRAINT keys_pkey PRIMARY KEY (%2$s)',
+                column_type::pg_catalog.regtype,
+                CASE WHEN by_digest THEN 'digest, shard_key' ELSE 'tenant, scope, key, shard_key' END);
             BEGIN
                 EXECUTE alter_keys;
             EXCEPTION WHEN data_exception THEN
@@ -131,10 +305,16 @@ BEGIN
             -- case): each stored key moves to that spelling.  Two keys
             -- that would then be one (the same key under two spellings of
             -- one tenant) stop it, with nothing changed: which of them a
-            -- retry should replay is the DBA's choice.
+            -- retry should replay is the DBA's choice.  A key moved is
+            -- stored under the digest of its new scope.
             BEGIN
                 UPDATE idempotency.keys AS k SET scope = k.shard_key::pg_catalog.text
                  WHERE k.scope OPERATOR(pg_catalog.<>) k.shard_key::pg_catalog.text;
+                IF by_digest THEN
+                    UPDATE idempotency.keys AS k
+                       SET digest = idempotency.key_digest(k.tenant, k.scope, k.key)
+                     WHERE k.digest OPERATOR(pg_catalog.<>) idempotency.key_digest(k.tenant, k.scope, k.key);
+                END IF;
             EXCEPTION WHEN unique_violation THEN
                 RAISE EXCEPTION 'two stored keys have the same key and scopes that spell one value of type %, the type of the distribution column % of table %',
                                 column_type::pg_catalog.regtype, dist.column_name, colocate_with
@@ -196,6 +376,21 @@ BEGIN
                 USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = node.result;
         END IF;
     END LOOP;
+    -- Every node digests keys with the coordinator's secret: the table of
+    -- the secret becomes a reference table, placed on every node (and on
+    -- every node added later), where the library reads it
+    -- (citus_placement.hpp, reference_placement).  Made first if no key was
+    -- written yet.
+    IF by_digest AND NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p
+                                  WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idempotency.digest_secret'::pg_catalog.regclass) THEN
+        PERFORM idempotency.key_digest('-', '', '');
+        -- Its trigger (a restore's secret replaces the installed one) is for
+        -- a plain restore, not Citus's: Citus refuses to distribute a table
+        -- with triggers, and its copy of the rows would fire it.
+        DROP TRIGGER digest_secret_replaced ON idempotency.digest_secret;
+        PERFORM pg_catalog.create_reference_table('idempotency.digest_secret');
+        PERFORM pg_catalog.truncate_local_data_after_distributing_table('idempotency.digest_secret');
+    END IF;
     IF NOT keys_distributed THEN
         PERFORM pg_catalog.create_distributed_table('idempotency.keys', distribution_column,
                                                     colocate_with => colocate_with::text);
@@ -219,7 +414,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.idempotency_distribute(regclass) IS
-    'with Citus: distribute idempotency.keys by the scope read as the tenant column''s type (bigint, integer, uuid or text COLLATE "C"), each scope spelled as that type prints it, co-located with that table, and delegate the API functions to the scope''s node';
+    'with Citus: distribute idempotency.keys by the scope read as the tenant column''s type (bigint, integer, uuid or text COLLATE "C"), each scope spelled as that type prints it, co-located with that table, with the secret of the key digests on every node, and delegate the API functions to the scope''s node';
 REVOKE ALL ON FUNCTION @extschema@.idempotency_distribute(regclass) FROM PUBLIC;
 DO $$
 DECLARE

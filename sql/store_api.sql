@@ -134,15 +134,41 @@ SELECT pg_temp.serve('composite', 'POST /v1/orders ' || repeat('x', 280), 'r', '
 SELECT pg_temp.try($$ SELECT idempotency_begin('s', repeat('k', 1025), request_hash('r'::text)) $$);
 
 --
--- idempotency_keys: a scope's live keys, a page at a time, in key order,
--- without bodies; the next page starts after the last key.
+-- idempotency_keys: a scope's live keys, a page at a time, in the order of
+-- their digests (fixed by the database's secret), without bodies; the next
+-- page starts after the last key, whether or not that key is still there.
 --
 SELECT pg_temp.serve('list', 'k' || g, 'r', jsonb_build_object('secret', g)) FROM generate_series(1, 5) AS g;
 SELECT (idempotency_begin('list', 'k6', request_hash('r'::text), lease => '1 hour')).outcome;
 UPDATE idempotency.keys SET expires_at = now() - interval '1 second' WHERE scope = 'list' AND key = 'k3';
-SELECT key, status, attempt, response_status, committed FROM idempotency_keys('list', max_keys => 2);
-SELECT key, status FROM idempotency_keys('list', after_key => 'k2', max_keys => 2);
-SELECT key, status FROM idempotency_keys('list', after_key => 'k5');
+SELECT key, status, attempt, response_status, committed FROM idempotency_keys('list') ORDER BY key;
+-- The order is the digests' (idempotency.key_digest), and pages of 2 walk
+-- the same list: each key once.
+CREATE FUNCTION pg_temp.walk(page integer) RETURNS text[] LANGUAGE plpgsql AS $$
+DECLARE
+    listed text[] := '{}';
+    this_page text[];
+BEGIN
+    LOOP
+        this_page := ARRAY(SELECT k.key FROM idempotency_keys('list', listed[cardinality(listed)], page) AS k);
+        EXIT WHEN cardinality(this_page) = 0;
+        listed := listed || this_page;
+    END LOOP;
+    RETURN listed;
+END
+$$;
+SELECT ARRAY(SELECT key FROM idempotency_keys('list')) =
+       ARRAY(SELECT key FROM idempotency.keys WHERE scope = 'list' AND key <> 'k3'
+              ORDER BY digest) AS in_digest_order,
+       (SELECT bool_and(digest = idempotency.key_digest(tenant, scope, key))
+          FROM idempotency.keys) AS stored_under_key_digest,
+       pg_temp.walk(2) = ARRAY(SELECT key FROM idempotency_keys('list')) AS pages_of_2_walk_it,
+       pg_temp.walk(1) = ARRAY(SELECT key FROM idempotency_keys('list')) AS pages_of_1_too;
+-- After a key that is not listed (k3, expired): the keys whose digests follow its.
+SELECT ARRAY(SELECT key FROM idempotency_keys('list', after_key => 'k3')) =
+       ARRAY(SELECT key FROM idempotency.keys WHERE scope = 'list' AND key <> 'k3'
+                AND digest > idempotency.key_digest('-', 'list', 'k3')
+              ORDER BY digest) AS after_an_unlisted_key;
 SELECT count(*) AS other_scope FROM idempotency_keys('nothing here');
 SELECT pg_temp.try($$ SELECT * FROM idempotency_keys('list', max_keys => 0) $$);
 SELECT pg_temp.try($$ SELECT * FROM idempotency_keys('list', max_keys => 10001) $$);

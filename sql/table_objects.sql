@@ -144,7 +144,7 @@ SELECT outcome, response_status, response_body, response_headers
 SELECT outcome FROM idempotency_begin('s', 'edited', request_hash('other'::text));
 SELECT status, attempt, response_status, claim_data, recovery_point
   FROM idempotency_lookup('s', 'written_at_once');
-SELECT key, status, response_status FROM idempotency_keys('s');
+SELECT key, status, response_status FROM idempotency_keys('s') ORDER BY key;
 SELECT idempotency_forget('s', 'indexed');
 BEGIN;
 UPDATE idempotency.keys SET expires_at = now() - interval '1 day' WHERE key = 'edited';

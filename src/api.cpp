@@ -111,15 +111,44 @@ static OutcomeOids outcome_oids(Oid enum_type)
 }
 
 // The row type the call was declared to return (an older version's
-// declaration has fewer columns), from the type cache, which follows ALTER
-// TYPE; pinned until ReleaseTupleDesc, and released by the resource owner if
-// the call fails before.
+// declaration has fewer columns): a copy of the type cache's descriptor,
+// kept for the backend.  Safe to keep: the type cache entry of a type never
+// moves, and whenever the type changes (ALTER TYPE, the extension dropped
+// and created again under the same OID) the type cache drops its descriptor
+// and numbers the next one afresh (tupDesc_identifier), which the copy is
+// checked against at each call; a type of another OID misses the cache.  The
+// copy is read where nothing can process invalidations before it is used.
+struct ResultDescCache
+{
+    Oid type = InvalidOid;
+    TypeCacheEntry *entry = nullptr;
+    uint64 identifier = 0;
+    TupleDesc desc = nullptr;
+};
+static ResultDescCache result_desc_cache;
+
 static TupleDesc begin_result_desc(FunctionCallInfo fcinfo)
 {
     Oid type = get_fn_expr_rettype(fcinfo->flinfo);
     if (!OidIsValid(type))
         type = get_func_rettype(fcinfo->flinfo->fn_oid);
-    return lookup_rowtype_tupdesc(type, -1);
+    ResultDescCache &cache = result_desc_cache;
+    if (cache.type == type && cache.entry->tupDesc != nullptr &&
+        cache.entry->tupDesc_identifier == cache.identifier && idempotency::caches_on())
+        return cache.desc;
+    TupleDesc current = lookup_rowtype_tupdesc(type, -1);
+    TypeCacheEntry *entry = lookup_type_cache(type, TYPECACHE_TUPDESC);
+    TupleDesc copy = CreateTupleDescCopy(current);
+    uint64 identifier = entry->tupDesc_identifier;
+    ReleaseTupleDesc(current);
+    // Moved to the backend's memory only now, with nothing left to fail.
+    MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+    TupleDesc kept = CreateTupleDescCopy(copy);
+    MemoryContextSwitchTo(old);
+    if (cache.desc != nullptr)
+        FreeTupleDesc(cache.desc);
+    cache = {type, entry, identifier, kept};
+    return kept;
 }
 
 // Result columns of idempotency_begin, in declaration order.  Called through
@@ -196,7 +225,6 @@ Datum begin_result(FunctionCallInfo fcinfo, const BeginAnswer &result)
         nulls[out_retry_after_seconds] = false;
     }
     HeapTuple row = heap_form_tuple(desc, values, nulls);
-    ReleaseTupleDesc(desc);
     return HeapTupleGetDatum(row);
 }
 
@@ -209,7 +237,6 @@ bool answer_is_claim(FunctionCallInfo fcinfo, Datum answer)
     bool claim =
         !isnull && DatumGetObjectId(outcome) ==
                        outcome_oids(TupleDescAttr(desc, 0)->atttypid).labels[int(Outcome::claimed)];
-    ReleaseTupleDesc(desc);
     return claim;
 }
 

@@ -7,9 +7,12 @@
 
 extern "C"
 {
+#include "access/xact.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
 }
 
 namespace idempotency
@@ -43,7 +46,15 @@ void throw_injected_fault()
 //    move, between its check that the key is completed and the call on the
 //    shard's node (citus_routing.cpp, forward_replay);
 //  * pause_before_sweep_delete (18761): the expiry sweep, between taking an
-//    expired version for itself and deleting it (store.cpp, delete_if_idle).
+//    expired version for itself and deleting it (store.cpp, delete_if_idle);
+//  * pause_in_lock_free_routing: a query that Citus routes to a scope's
+//    shard without the shard's metadata lock, after Citus planned it and
+//    before Citus runs it (citus_routing.cpp, run_request_plan): (18763) a
+//    begin's check that its key is completed, (18764) a forwarded replay's
+//    or read's call on the shard's node;
+//  * pause_before_numbering (18765): a role's first key, between its read
+//    that found the role without a number and its INSERT of one
+//    (tenants.cpp, tenant_number).
 void pause_for_test(InjectedFault at, uint64 key)
 {
     if (likely(injected_fault != at))
@@ -130,6 +141,43 @@ void errors_without_request_data(void (*body)(void *argument), void *argument)
         rethrow_without_request_data(context);
     }
     PG_END_TRY();
+}
+
+bool absorbing(bool (*absorbed)(const ErrorData &error, void *parts), bool (*body)(void *parts),
+               void (*cleanup)(void *parts), void *parts)
+{
+    MemoryContext context = CurrentMemoryContext;
+    ResourceOwner owner = CurrentResourceOwner;
+    volatile bool kept = true;
+    ErrorData *volatile error = nullptr;
+    BeginInternalSubTransaction(nullptr);
+    MemoryContextSwitchTo(context);
+    PG_TRY();
+    {
+        kept = body(parts);
+        cleanup(parts);
+        if (kept)
+            ReleaseCurrentSubTransaction();
+        else
+            RollbackAndReleaseCurrentSubTransaction();
+    }
+    PG_CATCH();
+    {
+        cleanup(parts);
+        MemoryContextSwitchTo(context);
+        error = CopyErrorData();
+        FlushErrorState();
+        RollbackAndReleaseCurrentSubTransaction();
+    }
+    PG_END_TRY();
+    MemoryContextSwitchTo(context);
+    CurrentResourceOwner = owner;
+    if (error == nullptr)
+        return kept;
+    if (!absorbed(*error, parts))
+        ReThrowError(error);
+    FreeErrorData(error);
+    return false;
 }
 
 char *key_for_message(Datum key)

@@ -44,9 +44,20 @@ enum InjectedFault
     fault_pause_in_fallback,
     fault_pause_in_read,
     fault_pause_before_forwarded_replay,
-    fault_pause_before_sweep_delete
+    fault_pause_before_sweep_delete,
+    fault_pause_in_lock_free_routing,
+    fault_weak_digest,
+    fault_no_caches,
+    fault_pause_before_numbering
 };
 extern int injected_fault;
+// idempotency.inject_fault = no_caches turns the backend-local caches of
+// the storage and of begin's result off, so that the differential test
+// (test/t/023) can compare every answer with them and without them.
+inline bool caches_on()
+{
+    return injected_fault != fault_no_caches;
+}
 [[noreturn]] void throw_injected_fault();
 // Holds this session at the pause `at` while another holds
 // pg_advisory_lock(key) (boundary.cpp lists the pauses).
@@ -108,6 +119,45 @@ Datum errors_without_request_data(PGFunction body, FunctionCallInfo fcinfo);
 // The same for a hook's work on a statement that may hold request data (a
 // call Citus delegates: its planning and its run), `argument` passed on.
 void errors_without_request_data(void (*body)(void *argument), void *argument);
+
+// The one way to catch a PostgreSQL error and go on with the work (where
+// the two functions above only pass errors on): `body` runs in an internal
+// subtransaction, as in a PL/pgSQL exception block, which undoes whatever
+// the failed work left (locks, buffers, SPI, Citus's remote savepoints).
+// Returns what `body` returned, the subtransaction kept (released into the
+// caller's) when that is true and rolled back when it is false; false too
+// when `body` raised an error that `absorbed` accepts -- rolled back,
+// nothing of it left.  Any other error propagates.  `cleanup` runs either
+// way, before `absorbed` is asked; `absorbed(const ErrorData &error)` runs
+// after the rollback, out of the error, so it may call PostgreSQL (an error
+// it raises propagates).  The parts run through function pointers from
+// boundary.cpp, so that none of their locals share a frame with the setjmp.
+bool absorbing(bool (*absorbed)(const ErrorData &error, void *parts), bool (*body)(void *parts),
+               void (*cleanup)(void *parts), void *parts);
+
+template <typename Absorbed, typename Body, typename Cleanup>
+bool absorbing(Absorbed absorbed, Body body, Cleanup cleanup)
+{
+    struct Parts
+    {
+        Absorbed &absorbed;
+        Body &body;
+        Cleanup &cleanup;
+    } parts{absorbed, body, cleanup};
+    return absorbing([](const ErrorData &error,
+                        void *p) -> bool { return static_cast<Parts *>(p)->absorbed(error); },
+                     [](void *p) -> bool { return static_cast<Parts *>(p)->body(); },
+                     [](void *p) { static_cast<Parts *>(p)->cleanup(); }, &parts);
+}
+
+// The same, absorbing the errors of one SQLSTATE.
+template <typename Body, typename Cleanup>
+bool absorbing(int sqlerrcode, Body body, Cleanup cleanup)
+{
+    return absorbing(
+        [sqlerrcode](const ErrorData &error) { return error.sqlerrcode == sqlerrcode; }, body,
+        cleanup);
+}
 
 } // namespace idempotency
 

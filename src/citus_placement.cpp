@@ -696,15 +696,25 @@ bool request_two_phase()
     return true;
 }
 
-// Whether Citus keeps `table` as a reference table placed on more than one
-// node: an update of it then has several placements, and Citus commits
-// such a transaction in two phases.
-static bool replicated_reference_table(Oid table)
+// Where Citus keeps a reference table: its one shard, how many nodes have
+// a placement of it, and whether this node has one.
+struct ReferenceShard
 {
+    bool distributed; // Citus knows the table at all
+    bool reference;   // as a reference table, with one shard
+    int64 shard;
+    int placements;
+    bool local;
+};
+
+static ReferenceShard reference_shard(Oid table)
+{
+    ReferenceShard found = {false, false, 0, 0, false};
     Oid partitions = catalog("pg_dist_partition"), shards = catalog("pg_dist_shard"),
-        placements = catalog("pg_dist_placement");
-    if (!OidIsValid(partitions) || !OidIsValid(shards) || !OidIsValid(placements))
-        return false;
+        placements = catalog("pg_dist_placement"), groups = catalog("pg_dist_local_group");
+    if (!OidIsValid(partitions) || !OidIsValid(shards) || !OidIsValid(placements) ||
+        !OidIsValid(groups))
+        return found;
     char method = 0, model = 0;
     scan_catalog(partitions, "pg_dist_partition_logical_relid_index", "logicalrelid", REGCLASSOID,
                  F_OIDEQ, ObjectIdGetDatum(table), [&](Relation rel, HeapTuple tuple) {
@@ -712,21 +722,53 @@ static bool replicated_reference_table(Oid table)
                      method = DatumGetChar(column(rel, tuple, "partmethod", CHAROID, &isnull));
                      model = DatumGetChar(column(rel, tuple, "repmodel", CHAROID, &isnull));
                  });
+    found.distributed = method != 0;
     if (method != 'n' || model != 't')
-        return false;
+        return found;
     int shard_count = 0;
-    int64 shard = 0;
     scan_catalog(shards, "pg_dist_shard_logical_relid_index", "logicalrelid", REGCLASSOID, F_OIDEQ,
                  ObjectIdGetDatum(table), [&](Relation rel, HeapTuple tuple) {
                      bool isnull;
-                     shard = DatumGetInt64(column(rel, tuple, "shardid", INT8OID, &isnull));
+                     found.shard = DatumGetInt64(column(rel, tuple, "shardid", INT8OID, &isnull));
                      shard_count++;
                  });
-    int placement_count = 0;
-    if (shard_count == 1)
-        scan_catalog(placements, "pg_dist_placement_shardid_index", "shardid", INT8OID, F_INT8EQ,
-                     Int64GetDatum(shard), [&](Relation, HeapTuple) { placement_count++; });
-    return placement_count > 1;
+    if (shard_count != 1)
+        return found;
+    found.reference = true;
+    int32 group = local_group(groups);
+    scan_catalog(placements, "pg_dist_placement_shardid_index", "shardid", INT8OID, F_INT8EQ,
+                 Int64GetDatum(found.shard), [&](Relation rel, HeapTuple tuple) {
+                     bool isnull;
+                     found.placements++;
+                     if (DatumGetInt32(column(rel, tuple, "groupid", INT4OID, &isnull)) == group)
+                         found.local = true;
+                 });
+    return found;
+}
+
+// Whether Citus keeps `table` as a reference table placed on more than one
+// node: an update of it then has several placements, and Citus commits
+// such a transaction in two phases.
+static bool replicated_reference_table(Oid table)
+{
+    ReferenceShard found = reference_shard(table);
+    return found.reference && found.placements > 1;
+}
+
+Oid reference_placement(Oid table, LOCKMODE lockmode)
+{
+    if (!loaded())
+        return table;
+    ReferenceShard found = reference_shard(table);
+    if (!found.distributed)
+        return table;
+    if (!found.reference || !found.local)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("table \"%s\" has no placement on this node", get_rel_name(table)),
+                        errdetail("Citus keeps it as a reference table, placed on every node."),
+                        errhint("Run SELECT replicate_reference_tables() on the coordinator."),
+                        errhidestmt(true)));
+    return lock_shard_relation(table, found.shard, lockmode, false);
 }
 
 // The transaction whose commit two_phase_by_reference_table made two-phase.

@@ -106,6 +106,12 @@ List *local_shards(Oid keys, LOCKMODE lockmode, bool skip_if_busy);
 
 // Whether this node is a Citus worker (a node other than the coordinator).
 bool worker_node();
+// The relation that holds `table`'s rows on this node, locked in `lockmode`
+// (`table` itself, locked by the caller, unless Citus distributes it): for a
+// reference table, its placement here (idempotency.digest_secret, which
+// idempotency_distribute() makes one, so that every node digests keys with
+// the same secret: key_digest.hpp).
+Oid reference_placement(Oid table, LOCKMODE lockmode);
 
 // The guard in front of Citus's private layout, and the one owner of the
 // rule of which Citus releases are tested on which PostgreSQL major: returns

@@ -123,6 +123,14 @@ struct RoutedCall
     char *nulls;
 };
 
+// For tests (idempotency.inject_fault = pause_in_lock_free_routing): the
+// key of the pause while this backend runs a query that Citus routes to a
+// scope's shard without the shard's metadata lock, 0 otherwise.  The
+// executor's run of that query pauses first (run_request_plan): after Citus
+// planned it, before Citus runs it -- where a split that commits removes
+// the shard that Citus planned the query for.
+static uint64 lock_free_pause = 0;
+
 // Set while this backend runs a routing query: were Citus ever to run the
 // call here rather than on the shard's node, the call would forward itself
 // again; it answers IK005 instead.  Reset when the query ends, by error too.
@@ -316,11 +324,49 @@ Datum forward_call(FunctionCallInfo fcinfo, Datum scope)
     return call_on_shard_node(fcinfo, routed);
 }
 
+// Runs `query`, which Citus routes to the scope's shard `placement` without
+// that shard's metadata lock (a read, and a begin's replay during a move,
+// must not wait for a move), and returns true; false, with nothing of it
+// left, when a split removed that shard while Citus planned or began to run
+// the query.  Citus picks the shard from its cached metadata and looks it
+// up again later in planning and at the start of the run, taking in the
+// invalidations of what committed meanwhile first: a split that committed
+// in between has deleted the shard's metadata (keeping its table until a
+// deferred drop), and Citus fails the query with an internal error, "could
+// not find valid entry for shard ..." (XX000), which says nothing about the
+// key.  A client must not get it.  So the query runs in a subtransaction
+// (boundary.hpp's absorbing): an XX000 after which the scope's shard is no
+// longer `placement`'s is rolled back, and the caller places the scope again
+// -- a begin goes on as one that does not know its key completed (it waits
+// for the lock, then is routed afresh), a read is routed afresh; any other
+// error propagates as before.  This stays local to routing, for the lock-free
+// queries only: once a call is one routed storage session (issue 44) it
+// belongs there.  `pause`: the key of the test pause (lock_free_pause).
+template <typename Query>
+static bool unless_split(Oid keys, Datum scope, const Placement &placement, uint64 pause,
+                         Query query)
+{
+    return absorbing(
+        [&](const ErrorData &error) {
+            if (error.sqlerrcode != ERRCODE_INTERNAL_ERROR)
+                return false;
+            AcceptInvalidationMessages();
+            return !place(keys, scope).same_shard(placement);
+        },
+        [&] {
+            lock_free_pause = pause;
+            query();
+            return true;
+        },
+        [] { lock_free_pause = 0; });
+}
+
 // Whether the keys hold a completed, unexpired record of (scope, key), which
 // a begin only reads (replay or mismatch).  Asked through Citus -- a router
 // query to the scope's placement, which takes no shard metadata lock -- as
-// the table's owner, since the caller need not be allowed to read it.
-static bool completed_record(Oid keys, Datum scope, Datum key)
+// the table's owner, since the caller need not be allowed to read it.  Not
+// known (false) when a split removed the shard meanwhile (unless_split).
+static bool completed_record(Oid keys, const Placement &placement, Datum scope, Datum key)
 {
     const Layout &current = layout_of(keys);
     StringInfoData query;
@@ -336,14 +382,17 @@ static bool completed_record(Oid keys, Datum scope, Datum key)
                          format_type_be_qualified(current.key_type));
     Oid types[] = {TEXTOID, TEXTOID};
     Datum values[] = {scope, key};
-    bool found = DatumGetBool(as_owner(current.owner, [&] {
-        SPI_connect();
-        bool seen = SPI_execute_with_args(query.data, 2, types, values, nullptr, true, 1) ==
-                        SPI_OK_SELECT &&
-                    SPI_processed > 0;
-        SPI_finish();
-        return BoolGetDatum(seen);
-    }));
+    bool found = false; // nor known, if a split removes the shard meanwhile
+    (void)unless_split(keys, scope, placement, 18763, [&] {
+        found = DatumGetBool(as_owner(current.owner, [&] {
+            SPI_connect();
+            bool seen = SPI_execute_with_args(query.data, 2, types, values, nullptr, true, 1) ==
+                            SPI_OK_SELECT &&
+                        SPI_processed > 0;
+            SPI_finish();
+            return BoolGetDatum(seen);
+        }));
+    });
     pfree(query.data);
     return found;
 }
@@ -352,10 +401,11 @@ static bool completed_record(Oid keys, Datum scope, Datum key)
 // the shard's node without that shard's metadata lock: only when a move
 // holds or awaits the lock and the key is completed (a replay or a mismatch
 // only reads, and must not wait for a move).  Otherwise false, with the lock
-// held if it was free at once.
+// held if it was free at once; the caller then locks the scope's shard,
+// placing it again, as for any write.
 static bool replays_without_lock(Oid keys, const Placement &placement, Datum scope, Datum key)
 {
-    return !lock_metadata(keys, placement, false) && completed_record(keys, scope, key);
+    return !lock_metadata(keys, placement, false) && completed_record(keys, placement, scope, key);
 }
 
 bool forward_replay(FunctionCallInfo fcinfo, Datum scope, Datum key, Datum *answer,
@@ -372,7 +422,10 @@ bool forward_replay(FunctionCallInfo fcinfo, Datum scope, Datum key, Datum *answ
     // In a coordinated transaction Citus runs even a read in a transaction
     // block on the shard's node, which this transaction's abort rolls back.
     citus_execution().use_coordinated_transaction();
-    *answer = call_on_shard_node(fcinfo, routed);
+    // A split that removes the shard meanwhile: the begin goes on as a write.
+    if (!unless_split(keys, scope, placement, 18764,
+                      [&] { *answer = call_on_shard_node(fcinfo, routed); }))
+        return false;
     // The key expired or was forgotten since it was seen completed, and the
     // begin claimed it there, in a transaction block that Citus would commit
     // without two-phase commit (Citus saw no write on it): the error rolls
@@ -395,16 +448,24 @@ uint64 forward_read(FunctionCallInfo fcinfo, Datum scope, Datum **rows)
 {
     // A read takes no lock here, as on the shard's node (read_placement).
     Oid keys = store::keys_table();
-    Placement placement = place(keys, scope);
-    if (placement.local)
-        not_routed(placement.shard); // moved here since the read looked: retry
-    RoutedCall routed = routed_call(fcinfo, keys, scope, placement, false);
-    bool *nulls;
-    uint64 count = run_routed(routed, route_call, rows, &nulls);
-    for (uint64 i = 0; i < count; i++)
-        if (nulls[i])
-            elog(ERROR, "a forwarded read gave a NULL row");
-    return count;
+    for (;;)
+    {
+        Placement placement = place(keys, scope);
+        if (placement.local)
+            not_routed(placement.shard); // moved here since the read looked: retry
+        RoutedCall routed = routed_call(fcinfo, keys, scope, placement, false);
+        uint64 count = 0;
+        bool *nulls = nullptr;
+        // A split that removes the shard meanwhile: routed afresh (each turn
+        // follows a split that committed).
+        if (!unless_split(keys, scope, placement, 18764,
+                          [&] { count = run_routed(routed, route_call, rows, &nulls); }))
+            continue;
+        for (uint64 i = 0; i < count; i++)
+            if (nulls[i])
+                elog(ERROR, "a forwarded read gave a NULL row");
+        return count;
+    }
 }
 // ---------------------------------------------------------------------------
 // Before Citus plans a call's delegation: NULL and typed scopes checked,
@@ -782,6 +843,12 @@ static void continue_run(void *run)
 
 static void run_request_plan(compat::ExecutorRunArgs *run)
 {
+    if (unlikely(lock_free_pause != 0))
+    {
+        uint64 key = lock_free_pause;
+        lock_free_pause = 0;
+        pause_for_test(fault_pause_in_lock_free_routing, key);
+    }
     if (run->query->plannedstmt == request_plan)
         errors_without_request_data(continue_run, run);
     else

@@ -307,6 +307,9 @@ static void count_answer(Outcome outcome)
 
 BeginAnswer begin(Storage &storage, const BeginRequest &request)
 {
+    // A begin may store the key: its tenant gets its number first, before
+    // any key lock (the numbering may wait for another transaction's).
+    store::number_tenant(storage, request.key);
     BeginAnswer result = begin_once(storage, request);
     if (result.outcome == Outcome::in_progress && request.wait_us > 0)
     {

@@ -14,6 +14,7 @@ constexpr int errcode_stale_attempt = MAKE_SQLSTATE('I', 'K', '0', '0', '3');
 constexpr int errcode_unfinished_autocommit_claim = MAKE_SQLSTATE('I', 'K', '0', '0', '4');
 constexpr int errcode_not_routed = MAKE_SQLSTATE('I', 'K', '0', '0', '5');
 constexpr int errcode_invalid_record = MAKE_SQLSTATE('I', 'K', '0', '0', '7');
+constexpr int errcode_key_digest_collision = MAKE_SQLSTATE('I', 'K', '0', '0', '8');
 constexpr int errcode_cxx_exception = MAKE_SQLSTATE('I', 'K', '0', '0', '0');
 
 } // namespace idempotency

@@ -1,9 +1,11 @@
 // The SQL functions that read what is stored, expire it and count: lookup,
-// the listing of a scope, key_problem, expire, stats.
+// the listing of a scope, key_problem, expire, stats; and the key digest that
+// moves keys in.
 #include "arguments.hpp"
 #include "boundary.hpp"
 #include "citus_routing.hpp"
 #include "claims.hpp"
+#include "key_digest.hpp"
 #include "module.hpp"
 #include "stats.hpp"
 #include "store.hpp"
@@ -226,9 +228,10 @@ void put_key_row(ReturnSetInfo *result, const Record &record)
 
 } // namespace
 
-// Up to max_keys live records of a scope, after after_key in key order
-// (byte-wise), as the statement's snapshot sees them; never a body.  The next
-// page starts after the last key returned.
+// Up to max_keys live records of a scope, after after_key in the order of
+// the primary key (the keys' digests from 0.5.0 on, before that byte-wise
+// key order: store::KeyScan), as the statement's snapshot sees them; never a
+// body.  The next page starts after the last key returned.
 IDEMPOTENCY_FUNCTION(idempotency_keys)
 {
     store::Key scope = {tenant_of_caller(), scope_arg(fcinfo), (Datum)0};
@@ -284,6 +287,25 @@ IDEMPOTENCY_FUNCTION(idempotency_keys)
     if (wrote)
         PopActiveSnapshot();
     return (Datum)0;
+}
+
+// ---------------------------------------------------------------------------
+// idempotency.key_digest: a key's digest, for moving keys in
+// ---------------------------------------------------------------------------
+
+// The digest idempotency.keys stores a key under in this database -- of its
+// tenant (a role, or 0 for none), scope and key (key_digest.hpp) -- making
+// the database's secret if it has none yet and numbering the tenant if it
+// has no number (tenants.hpp): what the update from 0.4.0 rewrites each key
+// with, and what any other move of keys into the table (the SQL edition's)
+// writes into the digest column.  The scope as stored:
+// store::tenant_scope's spelling with Citus.
+IDEMPOTENCY_FUNCTION(idempotency_key_digest)
+{
+    pg_uuid_t *digest = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
+    (void)store::key_digest(PG_GETARG_OID(0), PointerGetDatum(PG_GETARG_TEXT_PP(1)),
+                            PointerGetDatum(PG_GETARG_TEXT_PP(2)), store::DigestUse::write, digest);
+    PG_RETURN_UUID_P(digest);
 }
 
 // ---------------------------------------------------------------------------

@@ -48,6 +48,10 @@ static const struct config_enum_entry fault_options[] = {
     {"pause_in_read", fault_pause_in_read, false},
     {"pause_before_forwarded_replay", fault_pause_before_forwarded_replay, false},
     {"pause_before_sweep_delete", fault_pause_before_sweep_delete, false},
+    {"pause_in_lock_free_routing", fault_pause_in_lock_free_routing, false},
+    {"weak_digest", fault_weak_digest, false},
+    {"no_caches", fault_no_caches, false},
+    {"pause_before_numbering", fault_pause_before_numbering, false},
     {nullptr, 0, false}};
 
 static const struct config_enum_entry tenant_isolation_options[] = {
@@ -138,7 +142,17 @@ static void define()
         "made as if the claims table were full, after its row is written (18758), "
         "pause_in_read a read between a key's index entry and its version (18759), "
         "pause_before_forwarded_replay a begin forwarded without the shard lock, between its "
-        "check that the key is completed and the call on the shard's node (18760).",
+        "check that the key is completed and the call on the shard's node (18760), "
+        "pause_before_sweep_delete the expiry sweep between taking an expired version and "
+        "deleting it (18761), pause_in_lock_free_routing a query Citus routes without the "
+        "shard's metadata lock, between Citus's planning and its run of it (18763 a begin's "
+        "check that its key is completed, 18764 a forwarded replay's or read's call), "
+        "pause_before_numbering a role's first key between its read of the tenants' numbers "
+        "and its INSERT of one (18765).  weak_digest "
+        "keeps 4 bits of each key's digest within its scope, so that keys collide (never on a "
+        "server whose keys matter: a key written so is not found without it).  no_caches turns off "
+        "the backend-local caches of the table's layout, the digests' secret, the tenants' "
+        "numbers and begin's result row, for comparing answers with and without them.",
         &injected_fault, 0, fault_options, PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr,
         nullptr, nullptr);
 #if PG_VERSION_NUM >= 150000

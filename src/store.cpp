@@ -4,7 +4,9 @@
 #include "boundary.hpp"
 #include "citus_placement.hpp"
 #include "compat.hpp"
+#include "key_digest.hpp"
 #include "stats.hpp"
+#include "tenants.hpp"
 
 extern "C"
 {
@@ -38,6 +40,7 @@ extern "C"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "utils/uuid.h"
 }
 
 namespace idempotency::store
@@ -55,11 +58,7 @@ constexpr uint16 key_lock_tag = 0x4944;
 // The OID of idempotency.keys; see "Backend-local caches" in store.hpp.
 static Oid heap_oid_cache = InvalidOid;
 
-static void forget_heap_oid(Datum, Oid relid)
-{
-    if (relid == InvalidOid || relid == heap_oid_cache)
-        heap_oid_cache = InvalidOid;
-}
+static void forget_layout(Oid relid);
 
 // The table by name, without a privilege check on the private schema:
 // EXECUTE on the functions is the gate.
@@ -75,12 +74,7 @@ static Oid look_up_heap()
 // of pulling it from under their uncommitted rows.
 static Oid lock_heap(LOCKMODE lockmode, bool skip_if_busy)
 {
-    static bool callback_registered = false;
-    if (!callback_registered)
-    {
-        CacheRegisterRelcacheCallback(forget_heap_oid, (Datum)0);
-        callback_registered = true;
-    }
+    watch_relation_invalidations();
     for (;;)
     {
         uint64 invalidations = SharedInvalidMessageCounter;
@@ -128,7 +122,9 @@ static Relation open_primary_key(Relation heap, LOCKMODE lockmode)
         if (!OidIsValid(pkey_oid))
             report_changed_storage(
                 "has no primary key",
-                get_attnum(RelationGetRelid(heap), "tenant") != InvalidAttrNumber
+                get_attnum(RelationGetRelid(heap), "digest") != InvalidAttrNumber
+                    ? "Add it back: ALTER TABLE idempotency.keys ADD PRIMARY KEY (digest)."
+                : get_attnum(RelationGetRelid(heap), "tenant") != InvalidAttrNumber
                     ? "Add it back: ALTER TABLE idempotency.keys ADD PRIMARY KEY (tenant, scope, "
                       "key)."
                     : "Add it back: ALTER TABLE idempotency.keys ADD PRIMARY KEY (scope, key).");
@@ -151,7 +147,7 @@ constexpr const char *column_names[column_count] = {
     "tenant",          "lease",
     "response_body_bytes", "response_body_omitted",
     "claim_data",      "sweep_at",
-    "shard_key"};
+    "shard_key",       "digest"};
 
 // Finds the columns of storage->heap by name.  A table as the install and
 // update scripts make it has them in order, which one pass over its
@@ -165,7 +161,8 @@ static void map_columns(Storage *storage)
 {
     TupleDesc desc = RelationGetDescr(storage->heap);
     int natts = desc->natts;
-    bool in_order = natts == column_count || natts == columns_0_2_0 || natts == columns_0_1_0;
+    bool in_order = natts == column_count || natts == columns_0_4_0 || natts == columns_0_2_0 ||
+                    natts == columns_0_1_0;
     for (int i = 0; i < natts && in_order; i++)
         in_order = !TupleDescAttr(desc, i)->attisdropped;
     for (int column = 0; column < column_count; column++)
@@ -196,8 +193,8 @@ static void map_columns(Storage *storage)
     while (columns < column_count && storage->attnums[columns] != 0)
         columns++;
     for (int column = columns; column < column_count; column++)
-        if (storage->attnums[column] != 0 ||
-            (columns != column_count && columns != columns_0_2_0 && columns != columns_0_1_0))
+        if (storage->attnums[column] != 0 || (columns != column_count && columns != columns_0_4_0 &&
+                                              columns != columns_0_2_0 && columns != columns_0_1_0))
             report_changed_storage(
                 psprintf("has no column \"%s\"", column_names[columns]),
                 "Add it back with the type the extension's install script gives it (ALTER TABLE "
@@ -205,33 +202,128 @@ static void map_columns(Storage *storage)
     storage->columns = columns;
 }
 
-// The layout of the table: that of this version, of 0.2.0 or of 0.1.0 (see
-// columns_0_2_0 and columns_0_1_0), with a primary key on (tenant, scope,
-// key) or (scope, key) -- or (tenant, scope, key, shard_key) when Citus
-// distributes the keys by shard_key, as it takes the distribution column in
-// every unique constraint.  shard_key is a function of the scope, so the
-// three columns before it still identify a record.
+// The layout of the table: that of this version, of 0.4.0, 0.2.0 or 0.1.0
+// (see columns_0_4_0, _0_2_0 and _0_1_0).  The primary key is the digest
+// from 0.5.0 on -- with Citus (digest, scope) or (digest, shard_key), as
+// Citus takes the distribution column in every unique constraint; the
+// scope is a function of the key, so the digest still identifies a record.
+// Before, it is on (tenant, scope, key) or (scope, key) -- or (tenant,
+// scope, key, shard_key) with Citus.
 static void check_layout(Storage *storage)
 {
     map_columns(storage);
     int key_columns = IndexRelationGetNumberOfKeyAttributes(storage->pkey);
+    const int16 *indexed = storage->pkey->rd_index->indkey.values;
+    if (storage->has(col_digest))
+    {
+        bool with_distribution_column =
+            key_columns == 2 && (indexed[1] == storage->attnum(col_scope) ||
+                                 indexed[1] == storage->attnum(col_shard_key));
+        if ((key_columns != 1 && !with_distribution_column) ||
+            indexed[0] != storage->attnum(col_digest))
+            report_changed_storage("has a primary key on other columns than (digest)",
+                                   "Recreate the primary key on (digest).");
+        return;
+    }
     bool with_shard_key = key_columns == 4 && storage->has(col_shard_key) &&
-                          storage->pkey->rd_index->indkey.values[3] ==
-                              storage->attnum(col_shard_key);
+                          indexed[3] == storage->attnum(col_shard_key);
     if (key_columns != (storage->has(col_tenant) ? 3 : 2) && !with_shard_key)
         report_changed_storage(psprintf("has a primary key of %d columns", key_columns),
                                "Recreate the primary key on (tenant, scope, key), or (scope, "
                                "key) before the extension's update to 0.2.0.");
 }
 
-// Opens a relation that holds keys, already locked in `lockmode`.
+// The layout of the relation of keys opened last: its primary key and its
+// column map, as open_primary_key and check_layout found them; see
+// "Backend-local caches" in store.hpp.  Forgotten by a relcache
+// invalidation of the relation or of its primary key (or of all relations):
+// every change that could make it stale -- ALTER TABLE, an index added,
+// dropped or swapped in by REINDEX CONCURRENTLY, the primary key recreated --
+// sends one for the table.
+struct LayoutCache
+{
+    Oid heap; // InvalidOid: nothing cached
+    Oid pkey;
+    int columns;
+    bool in_order;
+    AttrNumber attnums[column_count];
+};
+static LayoutCache layout_cache = {InvalidOid, InvalidOid, 0, false, {}};
+static uint64 layout_invalidations = 0;
+
+static void forget_layout(Oid relid)
+{
+    if (relid == InvalidOid || relid == layout_cache.heap || relid == layout_cache.pkey)
+        layout_cache.heap = InvalidOid;
+    layout_invalidations++;
+}
+
+// The storage's one relcache callback, for every cache of this layer (a
+// backend has ten such callbacks for all its libraries: Citus takes several).
+static void forget_relation(Datum, Oid relid)
+{
+    if (relid == InvalidOid || relid == heap_oid_cache)
+        heap_oid_cache = InvalidOid;
+    forget_layout(relid);
+    forget_secret(relid);
+    forget_tenant_numbers(relid);
+}
+
+void watch_relation_invalidations()
+{
+    static bool callback_registered = false;
+    if (!callback_registered)
+    {
+        CacheRegisterRelcacheCallback(forget_relation, (Datum)0);
+        callback_registered = true;
+    }
+}
+
+// The cached layout of `heap_oid`, with its primary key opened and locked:
+// false when there is none, or when locking the index processed an
+// invalidation (then nothing is left open or cached).  Read into a local
+// first: the lock may process invalidations.
+static bool open_cached_layout(Storage *storage, Oid heap_oid, LOCKMODE lockmode)
+{
+    LayoutCache cached = layout_cache;
+    if (cached.heap != heap_oid || !caches_on())
+        return false;
+    uint64 invalidations = layout_invalidations;
+    Relation pkey = index_open(cached.pkey, lockmode);
+    if (invalidations != layout_invalidations)
+    {
+        index_close(pkey, lockmode);
+        return false;
+    }
+    storage->pkey = pkey;
+    storage->columns = cached.columns;
+    storage->in_order = cached.in_order;
+    memcpy(storage->attnums, cached.attnums, sizeof cached.attnums);
+    return true;
+}
+
+// Opens a relation that holds keys, already locked in `lockmode`.  The
+// lock taken on the table already processed the invalidations before it.
 static void open_locked(Storage *storage, Oid heap_oid, LOCKMODE lockmode)
 {
+    watch_relation_invalidations();
     storage->heap = table_open(heap_oid, NoLock);
-    storage->pkey = open_primary_key(storage->heap, lockmode);
-    check_layout(storage);
     storage->lockmode = lockmode;
     storage->writes = nullptr;
+    if (open_cached_layout(storage, heap_oid, lockmode))
+        return;
+    uint64 invalidations = layout_invalidations;
+    storage->pkey = open_primary_key(storage->heap, lockmode);
+    check_layout(storage);
+    // Kept only if nothing was invalidated while it was read.
+    if (invalidations == layout_invalidations && caches_on())
+    {
+        layout_cache.heap = heap_oid;
+        layout_cache.pkey = RelationGetRelid(storage->pkey);
+        layout_cache.columns = storage->columns;
+        layout_cache.in_order = storage->in_order;
+        memcpy(layout_cache.attnums, storage->attnums, sizeof layout_cache.attnums);
+    }
 }
 
 // `scope`: the scope whose keys are to be read or written, (Datum)0 for the
@@ -332,20 +424,18 @@ struct WriteContext
 // palloc0'd, and gone with its memory context: no constructor or destructor runs.
 static_assert(fits_postgres_memory<WriteContext>, "a WriteContext lives in palloc'd memory");
 
-static WriteContext *start_writes(Storage &storage)
+static WriteContext *make_writes(Relation heap)
 {
-    if (storage.writes != nullptr)
-        return storage.writes;
     WriteContext *writes = static_cast<WriteContext *>(palloc0(sizeof(WriteContext)));
     EState *estate = writes->estate = CreateExecutorState();
     RangeTblEntry *rte = makeNode(RangeTblEntry);
     rte->rtekind = RTE_RELATION;
-    rte->relid = RelationGetRelid(storage.heap);
-    rte->relkind = storage.heap->rd_rel->relkind;
+    rte->relid = RelationGetRelid(heap);
+    rte->relkind = heap->rd_rel->relkind;
     rte->rellockmode = RowExclusiveLock;
     compat::init_range_table(estate, rte);
     writes->result = makeNode(ResultRelInfo);
-    InitResultRelInfo(writes->result, storage.heap, 1, nullptr, 0);
+    InitResultRelInfo(writes->result, heap, 1, nullptr, 0);
     // As in the apply worker: enough for ExecGetTriggerResultRel to find it.
     estate->es_opened_result_relations =
         lappend(estate->es_opened_result_relations, writes->result);
@@ -354,12 +444,18 @@ static WriteContext *start_writes(Storage &storage)
     // the readiness come from the relcache entry under our lock.
     ExecOpenIndices(writes->result, false);
     compat::init_epq(&writes->epq, estate);
-    TupleDesc desc = RelationGetDescr(storage.heap);
+    TupleDesc desc = RelationGetDescr(heap);
     writes->new_version = ExecInitExtraTupleSlot(estate, desc, &TTSOpsVirtual);
     writes->old_version = ExecInitExtraTupleSlot(estate, desc, &TTSOpsVirtual);
     AfterTriggerBeginQuery();
-    storage.writes = writes;
     return writes;
+}
+
+static WriteContext *start_writes(Storage &storage)
+{
+    if (storage.writes == nullptr)
+        storage.writes = make_writes(storage.heap);
+    return storage.writes;
 }
 
 static void finish_writes(WriteContext *writes)
@@ -543,16 +639,61 @@ static void decode_newest(const Storage &storage, TupleTableSlot *slot, Snapshot
     record.writer = committed_or_self(slot);
 }
 
-// Whether `record` is a version of `key`: a version reached through the
-// update chain rather than the index was not matched by the index scan.
+// Key columns compare byte-wise, as the "C" collation of their columns does.
+static bool same_text(Datum a, Datum b)
+{
+    const text *x = DatumGetTextPP(a);
+    const text *y = DatumGetTextPP(b);
+    size_t size = VARSIZE_ANY_EXHDR(x);
+    return size == VARSIZE_ANY_EXHDR(y) && memcmp(VARDATA_ANY(x), VARDATA_ANY(y), size) == 0;
+}
+
+// Whether a version with these key columns is one of `key`: the full key
+// compared after a fetch by digest, which another key may share, or through
+// the update chain rather than the index.
+static bool is_key(const Storage &storage, Oid tenant, Datum scope, Datum key_text, const Key &key)
+{
+    return (!storage.has(col_tenant) || tenant == key.tenant) && same_text(scope, key.scope) &&
+           same_text(key_text, key.key);
+}
+
 static bool is_version_of(const Storage &storage, const Record &record, const Key &key)
 {
-    if (storage.has(col_tenant) && DatumGetObjectId(record.values[col_tenant]) != key.tenant)
-        return false;
-    return DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, record.values[col_scope],
-                                                key.scope)) &&
-           DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, record.values[col_key],
-                                                key.key));
+    return is_key(storage, DatumGetObjectId(record.values[col_tenant]), record.values[col_scope],
+                  record.values[col_key], key);
+}
+
+// A fetch by digest found another key's version: the two keys' digests are
+// equal (key_digest.hpp says how unlikely that is without the secret).  An
+// error, never an answer about the other key.
+[[noreturn]] static void digest_collision(const Key &key)
+{
+    ereport(ERROR,
+            (errcode(errcode_key_digest_collision),
+             errmsg("idempotency key \"%s\" has the digest of another stored key",
+                    key_for_message(key.key)),
+             errdetail("Keys are stored under a 128-bit digest of their tenant, scope and key; "
+                       "the key stored under this one's digest is another."),
+             errhint("Send the request with another idempotency key."), errhidestmt(true)));
+}
+
+// The key columns of the version in `slot`, checked against `key`: for a
+// version the caller does not decode (one being replaced or deleted).
+static void check_key_in_slot(const Storage &storage, TupleTableSlot *slot, const Key &key)
+{
+    bool isnull;
+    Oid tenant = storage.has(col_tenant)
+                     ? DatumGetObjectId(slot_getattr(slot, storage.attnum(col_tenant), &isnull))
+                     : InvalidOid;
+    if (!is_key(storage, tenant, slot_getattr(slot, storage.attnum(col_scope), &isnull),
+                slot_getattr(slot, storage.attnum(col_key), &isnull), key))
+        digest_collision(key);
+}
+
+static void check_version_of(const Storage &storage, const Record &record, const Key &key)
+{
+    if (storage.has(col_digest) && !is_version_of(storage, record, key))
+        digest_collision(key);
 }
 
 // The version that replaces the one at `replaced`, which a transaction still
@@ -582,7 +723,36 @@ static void read_replacement(const Storage &storage, const Key &key, ItemPointer
         record = successor;
 }
 
-// Scans the primary key for (scope, key).  With a dirty snapshot an index scan
+// The scan keys that find `key` in the primary key: its digest, or before
+// 0.5.0 its columns (tenant, scope, key), or (scope, key) before 0.2.0;
+// ScanKeyInit compares text with the "C" collation, which the columns use.
+// 0 when the key can have no digest yet: the database has no secret, or
+// its tenant no number (tenants.hpp) -- then no key of it is stored.
+static int key_scan_keys(const Storage &storage, const Key &key, ScanKeyData (&keys)[3],
+                         pg_uuid_t *digest)
+{
+    if (storage.has(col_digest))
+    {
+        if (!key_digest(key.tenant, key.scope, key.key, DigestUse::read, digest))
+            return 0;
+        ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_UUID_EQ, UUIDPGetDatum(digest));
+        return 1;
+    }
+    int count = 0;
+    if (storage.has(col_tenant))
+    {
+        ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_OIDEQ,
+                    ObjectIdGetDatum(key.tenant));
+        count++;
+    }
+    ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_TEXTEQ, key.scope);
+    count++;
+    ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_TEXTEQ, key.key);
+    count++;
+    return count;
+}
+
+// Scans the primary key for the key (key_scan_keys).  With a dirty snapshot an index scan
 // returns every version that is committed-live or touched by a transaction in
 // progress (including each member of a HOT chain).  The newest is the one no
 // other transaction is deleting or replacing; a replacement comes later in
@@ -595,23 +765,15 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
                        bool *passed_over = nullptr)
 {
     Record record = not_found();
-    // By index column: (tenant, scope, key), or (scope, key) before 0.2.0.
-    // ScanKeyInit compares with the "C" collation, which the text columns use.
     ScanKeyData keys[3];
-    int count = 0;
-    if (storage.has(col_tenant))
-    {
-        ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_OIDEQ,
-                    ObjectIdGetDatum(key.tenant));
-        count++;
-    }
-    ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_TEXTEQ, key.scope);
-    count++;
-    ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_TEXTEQ, key.key);
-    count++;
+    pg_uuid_t digest;
+    int count = key_scan_keys(storage, key, keys, &digest);
+    if (count == 0)
+        return record;
     IndexScanDesc scan = compat::begin_index_scan(storage.heap, storage.pkey, snapshot, count);
     index_rescan(scan, keys, count, nullptr, 0);
-    TupleTableSlot *slot = table_slot_create(storage.heap, nullptr);
+    // Made at the first index entry: a new key has none.
+    TupleTableSlot *slot = nullptr;
     const bool dirty = snapshot->snapshot_type == SNAPSHOT_DIRTY;
     ItemPointerData replaced; // the last version found being deleted or replaced
     ItemPointerSetInvalid(&replaced);
@@ -626,6 +788,8 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
             if (dirty)
                 pause_for_test(fault_pause_in_read, 18759);
         }
+        if (slot == nullptr)
+            slot = table_slot_create(storage.heap, nullptr);
         if (!index_fetch_heap(scan, slot))
         {
             if (passed_over != nullptr)
@@ -635,11 +799,14 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
         if (!dirty)
         {
             decode_version(storage, slot, record);
+            check_version_of(storage, record, key);
             record.writer = committed_or_self(slot);
             break;
         }
         if (TransactionIdIsValid(snapshot->xmax))
         {
+            if (storage.has(col_digest))
+                check_key_in_slot(storage, slot, key);
             record.writer = Writer::other;
             record.writer_xid = snapshot->xmax;
             replaced = slot->tts_tid;
@@ -647,11 +814,13 @@ static Record scan_key(const Storage &storage, const Key &key, Snapshot snapshot
             continue;
         }
         decode_newest(storage, slot, snapshot, record);
+        check_version_of(storage, record, key);
         break;
     }
     if (!record.found && ItemPointerIsValid(&replaced))
         read_replacement(storage, key, replaced, snapshot, slot, record);
-    ExecDropSingleTupleTableSlot(slot);
+    if (slot != nullptr)
+        ExecDropSingleTupleTableSlot(slot);
     index_endscan(scan);
     return record;
 }
@@ -716,21 +885,6 @@ static void remember_write(const Storage &storage, const ItemPointerData &tid)
     last_write = {RelationGetRelid(storage.heap), compat::current_lxid(), tid};
 }
 
-// Key columns compare byte-wise, as the primary key does ("C" collation).
-static bool same_text(Datum a, Datum b)
-{
-    return DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, a, b));
-}
-
-// Whether `record` is a version of `key`.
-static bool is_of_key(const Storage &storage, const Record &record, const Key &key)
-{
-    return (!storage.has(col_tenant) ||
-            DatumGetObjectId(record.values[col_tenant]) == key.tenant) &&
-           same_text(record.values[col_scope], key.scope) &&
-           same_text(record.values[col_key], key.key);
-}
-
 bool fetch_last_write(const Storage &storage, const Key &key, Record *record)
 {
     if (last_write.heap != RelationGetRelid(storage.heap) ||
@@ -753,7 +907,7 @@ bool fetch_last_write(const Storage &storage, const Key &key, Record *record)
     if (hit)
     {
         decode_newest(storage, slot, &dirty, *record);
-        hit = record->writer == Writer::self && is_of_key(storage, *record, key);
+        hit = record->writer == Writer::self && is_version_of(storage, *record, key);
     }
     ExecDropSingleTupleTableSlot(slot);
     return hit;
@@ -789,12 +943,32 @@ static void set_shard_key(const Storage &storage, Record &record)
         record.set(col_shard_key, citus::scope_as(type, record.values[col_scope]));
 }
 
+// digest: the key's digest for this database (key_digest.hpp), made with
+// the database's secret and its tenant's number (assigned by the first key
+// of the tenant: tenants.hpp), unless the table is older than 0.5.0.
+static void set_digest(const Storage &storage, const Key &key, Record &record)
+{
+    if (!storage.has(col_digest))
+        return;
+    pg_uuid_t *digest = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
+    (void)key_digest(key.tenant, key.scope, key.key, DigestUse::write, digest, &storage);
+    record.set(col_digest, UUIDPGetDatum(digest));
+}
+
+void number_tenant(const Storage &storage, const Key &key)
+{
+    int32 number;
+    if (storage.has(col_digest) && OidIsValid(key.tenant))
+        (void)tenant_number(key.tenant, DigestUse::write, &number);
+}
+
 void insert_record(Storage &storage, const Key &key, Record &record)
 {
     record.set(col_tenant, ObjectIdGetDatum(key.tenant));
     record.set(col_scope, key.scope);
     record.set(col_key, key.key);
     set_shard_key(storage, record);
+    set_digest(storage, key, record);
     WriteContext *writes = start_writes(storage);
     TupleTableSlot *slot = store_values(storage, writes->new_version, record);
     run_write([&] { ExecSimpleRelationInsert(writes->result, writes->estate, slot); });
@@ -828,30 +1002,116 @@ void delete_record(Storage &storage, const Record &record)
     CommandCounterIncrement();
 }
 
+bool holds_keys(const Storage &storage)
+{
+    SnapshotData dirty;
+    InitDirtySnapshot(dirty);
+    IndexScanDesc scan = compat::begin_index_scan(storage.heap, storage.pkey, &dirty, 0);
+    index_rescan(scan, nullptr, 0, nullptr, 0);
+    TupleTableSlot *slot = table_slot_create(storage.heap, nullptr);
+    bool any = index_getnext_slot(scan, ForwardScanDirection, slot);
+    ExecDropSingleTupleTableSlot(slot);
+    index_endscan(scan);
+    return any;
+}
+
+void delete_rows_if_free(Relation relation, bool (*doomed)(TupleTableSlot *slot, void *arg),
+                         void *arg)
+{
+    WriteContext *writes = make_writes(relation);
+    TupleTableSlot *slot = table_slot_create(relation, nullptr);
+    TupleTableSlot *check = table_slot_create(relation, nullptr);
+    TableScanDesc scan = table_beginscan(relation, GetActiveSnapshot(), 0, nullptr);
+    while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+    {
+        if (!doomed(slot, arg))
+            continue;
+        TM_FailureData failure;
+        if (table_tuple_lock(relation, &slot->tts_tid, GetActiveSnapshot(), check,
+                             writes->estate->es_output_cid, LockTupleExclusive, LockWaitSkip, 0,
+                             &failure) == TM_Ok)
+            run_write([&] {
+                ExecSimpleRelationDelete(writes->result, writes->estate, &writes->epq, check);
+            });
+        CHECK_FOR_INTERRUPTS();
+    }
+    table_endscan(scan);
+    ExecDropSingleTupleTableSlot(check);
+    ExecDropSingleTupleTableSlot(slot);
+    finish_writes(writes);
+    CommandCounterIncrement();
+}
+
+void insert_row(Relation relation, Datum *values, bool *nulls)
+{
+    WriteContext *writes = make_writes(relation);
+    TupleTableSlot *slot = writes->new_version;
+    ExecClearTuple(slot);
+    int natts = slot->tts_tupleDescriptor->natts;
+    memcpy(slot->tts_values, values, natts * sizeof(Datum));
+    memcpy(slot->tts_isnull, nulls, natts * sizeof(bool));
+    ExecStoreVirtualTuple(slot);
+    run_write([&] { ExecSimpleRelationInsert(writes->result, writes->estate, slot); });
+    check_written(slot);
+    finish_writes(writes);
+    CommandCounterIncrement();
+}
+
 // ---------------------------------------------------------------------------
 // Listing a scope
 // ---------------------------------------------------------------------------
 
+// From 0.5.0 on: the range of the tenant's and scope's digests, after the
+// digest of after_key when it is given (see KeyScan in store.hpp); 0 when
+// they can have no key (no secret, or the tenant no number).
+static int digest_range_keys(Oid tenant, Datum scope, Datum after_key, ScanKeyData (&keys)[3])
+{
+    pg_uuid_t *low = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
+    pg_uuid_t *high = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
+    if (!scope_digest_range(tenant, scope, low, high))
+        return 0;
+    StrategyNumber from = BTGreaterEqualStrategyNumber;
+    RegProcedure compare = F_UUID_GE;
+    if (after_key != (Datum)0)
+    {
+        (void)key_digest(tenant, scope, after_key, DigestUse::read, low);
+        from = BTGreaterStrategyNumber;
+        compare = F_UUID_GT;
+    }
+    ScanKeyInit(&keys[0], 1, from, compare, UUIDPGetDatum(low));
+    ScanKeyInit(&keys[1], 1, BTLessEqualStrategyNumber, F_UUID_LE, UUIDPGetDatum(high));
+    return 2;
+}
+
 KeyScan begin_key_scan(const Storage &storage, Oid tenant, Datum scope, Datum after_key,
                        Snapshot snapshot)
 {
+    KeyScan key_scan = {&storage, nullptr, nullptr, tenant, scope};
     ScanKeyData keys[3];
     int count = 0;
-    if (storage.has(col_tenant))
+    if (storage.has(col_digest))
     {
-        ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_OIDEQ,
-                    ObjectIdGetDatum(tenant));
-        count++;
+        count = digest_range_keys(tenant, scope, after_key, keys);
+        if (count == 0)
+            return key_scan;
     }
-    ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_TEXTEQ, scope);
-    count++;
-    if (after_key != (Datum)0)
+    else
     {
-        ScanKeyInit(&keys[count], count + 1, BTGreaterStrategyNumber, F_TEXT_GT, after_key);
+        // Before 0.5.0: (tenant, scope, key) order, or (scope, key).
+        if (storage.has(col_tenant))
+        {
+            ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_OIDEQ,
+                        ObjectIdGetDatum(tenant));
+            count++;
+        }
+        ScanKeyInit(&keys[count], count + 1, BTEqualStrategyNumber, F_TEXTEQ, scope);
         count++;
+        if (after_key != (Datum)0)
+        {
+            ScanKeyInit(&keys[count], count + 1, BTGreaterStrategyNumber, F_TEXT_GT, after_key);
+            count++;
+        }
     }
-    KeyScan key_scan;
-    key_scan.storage = &storage;
     key_scan.scan = compat::begin_index_scan(storage.heap, storage.pkey, snapshot, count);
     index_rescan(key_scan.scan, keys, count, nullptr, 0);
     key_scan.slot = table_slot_create(storage.heap, nullptr);
@@ -860,16 +1120,29 @@ KeyScan begin_key_scan(const Storage &storage, Oid tenant, Datum scope, Datum af
 
 bool next_key(KeyScan &scan, Record *record)
 {
-    if (!index_getnext_slot(scan.scan, ForwardScanDirection, scan.slot))
+    if (scan.scan == nullptr)
         return false;
-    *record = not_found();
-    decode_version(*scan.storage, scan.slot, *record);
-    record->writer = committed_or_self(scan.slot);
-    return true;
+    const Storage &storage = *scan.storage;
+    for (;;)
+    {
+        if (!index_getnext_slot(scan.scan, ForwardScanDirection, scan.slot))
+            return false;
+        *record = not_found();
+        decode_version(storage, scan.slot, *record);
+        record->writer = committed_or_self(scan.slot);
+        // A digest range holds the tenant's keys of the scope, and those of
+        // any tenant and scope whose first four bytes are the same.
+        if (!storage.has(col_digest) ||
+            (DatumGetObjectId(record->values[col_tenant]) == scan.tenant &&
+             same_text(record->values[col_scope], scan.scope)))
+            return true;
+    }
 }
 
 void end_key_scan(KeyScan &scan)
 {
+    if (scan.scan == nullptr)
+        return;
     ExecDropSingleTupleTableSlot(scan.slot);
     index_endscan(scan.scan);
 }
@@ -878,14 +1151,18 @@ void end_key_scan(KeyScan &scan)
 // Expiry
 // ---------------------------------------------------------------------------
 
-// Only the fields an Expired test reads, straight from the buffer: the
-// sweep looks at many rows and deletes most of them, so it copies none.
+// Only the fields an Expired test reads, and the tenant, straight from the
+// buffer: the sweep looks at many rows and deletes most of them, so it
+// copies none.
 static void decode_expiry_fields(const Storage &storage, TupleTableSlot *slot, Record &record)
 {
     constexpr Column fields[] = {col_expires_at, col_status, col_lease_expires_at};
     for (Column column : fields)
         record.values[column] =
             slot_getattr(slot, storage.attnum(column), &record.nulls[column]);
+    if (storage.has(col_tenant))
+        record.values[col_tenant] =
+            slot_getattr(slot, storage.attnum(col_tenant), &record.nulls[col_tenant]);
     record.tid = slot->tts_tid;
 }
 
@@ -899,9 +1176,30 @@ struct Sweep
     int64 max_rows;        // < 0: no limit
     int64 deleted;
     Expired expired;
+    Oid tenant_checked; // the last tenant orphaned() looked up, and
+    bool tenant_exists; //   whether its role exists
 
     bool has_room() const { return max_rows < 0 || deleted < max_rows; }
 };
+
+
+// From 0.5.0 on, whether the record belongs to a role that no longer
+// exists (see delete_orphaned): the primary key no longer starts with the
+// tenant, so the heap sweep finds them, as it finds expired keys.
+static bool orphaned(Sweep &sweep, const Record &record)
+{
+    if (!sweep.storage.has(col_digest))
+        return false;
+    Oid tenant = DatumGetObjectId(record.values[col_tenant]);
+    if (!OidIsValid(tenant))
+        return false;
+    if (tenant != sweep.tenant_checked)
+    {
+        sweep.tenant_checked = tenant;
+        sweep.tenant_exists = SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(tenant));
+    }
+    return !sweep.tenant_exists;
+}
 
 // Deletes the version in sweep.slot if nobody is changing its key or the
 // version.  The key lock keeps the functions' writers away.  A tuple lock,
@@ -976,7 +1274,7 @@ static BlockNumber delete_expired(Sweep &sweep, TimestampTz now, BlockNumber fir
         }
         Record record;
         decode_expiry_fields(sweep.storage, sweep.slot, record);
-        if (sweep.expired(record, now))
+        if (sweep.expired(record, now) || orphaned(sweep, record))
             delete_if_idle(sweep);
         CHECK_FOR_INTERRUPTS();
     }
@@ -1030,11 +1328,13 @@ static Oid next_tenant(Sweep &sweep, Oid after)
 // The keys of roles that no longer exist.  Nobody can reach them -- a role
 // made later under the same name has another OID -- and deleting them within
 // a sweep of the DROP ROLE keeps them out of dumps and away from a role that
-// gets the same OID once the OID counter wraps around.  One index descent per
-// tenant finds the tenants.
+// gets the same OID once the OID counter wraps around.  Before 0.5.0, one
+// index descent per tenant finds the tenants; from 0.5.0 on, the primary key
+// starts with the digest, and the heap sweep finds them (orphaned), within a
+// pass of the table, as it finds expired keys.
 static void delete_orphaned(Sweep &sweep)
 {
-    if (!sweep.storage.has(col_tenant))
+    if (!sweep.storage.has(col_tenant) || sweep.storage.has(col_digest))
         return;
     for (Oid tenant = next_tenant(sweep, InvalidOid); sweep.has_room() && OidIsValid(tenant);
          tenant = next_tenant(sweep, tenant))
@@ -1063,7 +1363,9 @@ int64 expire(Storage &storage, TimestampTz now, int64 max_rows, Pace pace, Expir
                    table_slot_create(storage.heap, nullptr),
                    max_rows,
                    0,
-                   expired};
+                   expired,
+                   InvalidOid,
+                   true};
     // A snapshot that sees what this transaction did so far, as the next
     // statement would: a version it replaced earlier in this statement (a
     // takeover) is then gone, and its replacement is not expired.
@@ -1086,7 +1388,17 @@ bool expire_here(TimestampTz now, int64 max_rows, Pace pace, bool skip_if_busy, 
         return false;
     *deleted = expire(storage, now, max_rows, pace, expired);
     Oid table = RelationGetRelid(storage.heap);
+    bool numbered_tenants = storage.has(col_digest);
     close(storage);
+    // The numbers of dropped roles (tenants.hpp): nobody can reach their
+    // keys, and no number is handed out twice.
+    if (numbered_tenants)
+    {
+        PushCopiedSnapshot(GetActiveSnapshot());
+        UpdateActiveSnapshotCommandId();
+        forget_dropped_tenants(skip_if_busy);
+        PopActiveSnapshot();
+    }
     // With Citus, the table is an empty shell and the keys are in its shards.
     ListCell *cell;
     foreach (cell, citus::local_shards(table, RowExclusiveLock, skip_if_busy))
@@ -1141,49 +1453,6 @@ void wait_for_transaction(TransactionId xid)
     XactLockTableWait(xid, nullptr, nullptr, XLTW_None);
 }
 
-// Runs `body` in an internal subtransaction, as a PL/pgSQL exception block
-// would.  Returns what `body` returned, the subtransaction kept (released
-// into the caller's) when that is true and rolled back when it is false;
-// false too when `body` raised `absorbed` (rolled back, nothing of it left).
-// Any other error propagates.  `cleanup` runs either way, before an error
-// propagates.
-template <typename Body, typename Cleanup>
-static bool absorbing(int absorbed, Body body, Cleanup cleanup)
-{
-    MemoryContext context = CurrentMemoryContext;
-    ResourceOwner owner = CurrentResourceOwner;
-    volatile bool kept = true;
-    BeginInternalSubTransaction(nullptr);
-    MemoryContextSwitchTo(context);
-    PG_TRY();
-    {
-        kept = body();
-        cleanup();
-        if (kept)
-            ReleaseCurrentSubTransaction();
-        else
-            RollbackAndReleaseCurrentSubTransaction();
-    }
-    PG_CATCH();
-    {
-        cleanup();
-        MemoryContextSwitchTo(context);
-        ErrorData *error = CopyErrorData();
-        FlushErrorState();
-        RollbackAndReleaseCurrentSubTransaction();
-        MemoryContextSwitchTo(context);
-        CurrentResourceOwner = owner;
-        if (error->sqlerrcode != absorbed)
-            ReThrowError(error);
-        FreeErrorData(error);
-        kept = false;
-    }
-    PG_END_TRY();
-    MemoryContextSwitchTo(context);
-    CurrentResourceOwner = owner;
-    return kept;
-}
-
 bool wait_for_transaction(TransactionId xid, int timeout_ms)
 {
     // The lock manager can only give up on a wait by raising lock_timeout's
@@ -1197,6 +1466,17 @@ bool wait_for_transaction(TransactionId xid, int timeout_ms)
             return true;
         },
         [&] { LockTimeout = saved_lock_timeout; });
+}
+
+bool insert_row_unless_present(Relation relation, Datum *values, bool *nulls)
+{
+    return absorbing(
+        ERRCODE_UNIQUE_VIOLATION,
+        [&] {
+            insert_row(relation, values, nulls);
+            return true;
+        },
+        [] {});
 }
 
 Inserted insert_unless_present(Storage &storage, const Key &key, Record &record,

@@ -30,9 +30,18 @@
 //    the table is locked, and after the lock -- which processes pending
 //    invalidations -- it is used only if no invalidation arrived meanwhile or
 //    the name still resolves to it, the check RangeVarGetRelidExtended makes.
-//    Index OIDs are never cached: the primary key and the index list come
-//    from the table's relcache entry after its lock, and the primary key is
-//    checked again after its own lock.
+//  * The layout of the relation of keys opened last: its primary key's OID
+//    and its column map (store.cpp, layout_cache), which open_primary_key and
+//    check_layout found.  Forgotten by a relcache invalidation of the table,
+//    of the index, or of all relations: ALTER TABLE, an index created or
+//    dropped, REINDEX CONCURRENTLY's swap and a recreated primary key each
+//    send one for the table.  Read into a local after the table's lock
+//    (which processed the invalidations before it), and used only if no
+//    invalidation arrived while the index was locked -- the check
+//    open_primary_key makes by reading the primary key again; otherwise
+//    both are found afresh from the relcache entry.
+//  * The database's secret of the key digests and the last digest computed
+//    (key_digest.cpp; see key_digest.hpp for why it is safe).
 //  * The address of the version this backend wrote last (store.cpp,
 //    last_write).  Valid only in the transaction that wrote it (tagged with
 //    the local transaction id), forgotten on any rollback to a savepoint
@@ -42,10 +51,11 @@
 //  * With Citus, the layout of the distributed table: hash function, shard
 //    ranges, which shards are placed here (citus_placement.cpp; see citus_placement.hpp for why
 //    it is safe).
-//  * The result row type of idempotency_begin and its enum's OIDs (api.cpp,
-//    in the call site's fn_extra).  They live as long as the FmgrInfo, which
-//    belongs to one plan; a plan is rebuilt when the type or the function
-//    changes (ALTER EXTENSION UPDATE, DROP/CREATE EXTENSION).
+//  * The result row descriptor of idempotency_begin and its enum's OIDs
+//    (api.cpp): a copy of the type cache's descriptor, checked at each call
+//    against the type cache's number for the type's current descriptor,
+//    which changes with ALTER TYPE or a type recreated under the same OID;
+//    the enum's OIDs are forgotten by any pg_enum invalidation.
 // Nothing else is kept across calls.
 #pragma once
 
@@ -92,6 +102,8 @@ enum Column
     col_sweep_at,              // unused since 0.3.0: NULL (see store_values)
     // 0.3.0
     col_shard_key, // text and NULL, or the scope as the Citus tenant column's type (citus_placement.hpp)
+    // 0.5.0
+    col_digest, // uuid: the key digest (key_digest.hpp), the primary key (with the shard key on Citus)
     column_count
 };
 // The columns of a table still at 0.1.0: the library of a newer version runs
@@ -102,6 +114,9 @@ constexpr int columns_0_1_0 = col_tenant;
 // The columns of a table still at 0.2.0 (or of a Citus shard made before the
 // update): all but shard_key, which only typed Citus tenants need.
 constexpr int columns_0_2_0 = col_shard_key;
+// The columns of a table still at 0.3.0 or 0.4.0: all but digest, with the
+// primary key on (tenant, scope, key) instead of (digest).
+constexpr int columns_0_4_0 = col_digest;
 
 constexpr char status_in_progress = 'p';
 constexpr char status_completed = 'c';
@@ -117,7 +132,7 @@ struct Storage
     Relation heap;
     Relation pkey;
     LOCKMODE lockmode;
-    int columns;          // column_count, or columns_0_2_0 or _0_1_0 before the update
+    int columns;          // column_count, or columns_0_4_0, _0_2_0 or _0_1_0 before the update
     bool in_order;        // attribute n is column n - 1, and there are no others
     AttrNumber attnums[column_count]; // each column's attribute number, while has() it
     WriteContext *writes; // set up by the first write, finished by close()
@@ -251,14 +266,45 @@ Inserted insert_unless_present(Storage &storage, const Key &key, Record &record,
 void update_record(Storage &storage, Record &record);
 // Deletes the version `record.tid`, under the same conditions.
 void delete_record(Storage &storage, const Record &record);
+// Inserts one row into `relation` (opened and locked by the caller in
+// RowExclusiveLock or stronger) through the same executor routine as the
+// keys' writes: every index maintained, constraints checked, triggers fired.
+// `values` and `nulls` are in the relation's attribute order.
+void insert_row(Relation relation, Datum *values, bool *nulls);
+// insert_row in a subtransaction: false, with nothing written, when the row
+// violates a unique constraint -- against a row another transaction
+// committed, for whose end the insert waited (tenants.cpp).
+bool insert_row_unless_present(Relation relation, Datum *values, bool *nulls);
+// Deletes, through the same executor routine, every row of `relation`
+// (locked by the caller in RowExclusiveLock) that the active snapshot sees
+// and `doomed` picks, each only if its tuple lock is free at once: a sweep
+// never waits (tenants.cpp).
+void delete_rows_if_free(Relation relation, bool (*doomed)(TupleTableSlot *slot, void *arg),
+                         void *arg);
+// Whether the storage has a version of any key, committed or in progress.
+bool holds_keys(const Storage &storage);
+// Before a call that may store `key` reads it: makes sure its tenant has its
+// number in this database (tenants.hpp), which may wait for another
+// transaction -- never while a key lock is held.
+void number_tenant(const Storage &storage, const Key &key);
+// Registers, once per backend, the relcache callback that forgets this
+// layer's caches (see "Backend-local caches" above): one for all of them,
+// since a backend has only ten for every library it loads.
+void watch_relation_invalidations();
 
 // The records of one scope in key order, as an MVCC snapshot sees them,
 // after `after_key` when it is not 0: a keyset page through the primary key.
+// From 0.5.0 on the order is that of the keys' digests: a scope's keys are
+// one range of the primary key (key_digest.hpp), in an order that the
+// database's secret fixes, and a page starts after the digest of
+// `after_key`, whether or not that key is still stored.
 struct KeyScan
 {
     const Storage *storage;
-    IndexScanDesc scan;
+    IndexScanDesc scan; // nullptr: nothing to read (no secret yet)
     TupleTableSlot *slot;
+    Oid tenant;
+    Datum scope;
 };
 KeyScan begin_key_scan(const Storage &storage, Oid tenant, Datum scope, Datum after_key,
                        Snapshot snapshot);

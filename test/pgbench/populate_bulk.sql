@@ -24,7 +24,7 @@ SELECT array_agg(attname::text ORDER BY attnum) = ARRAY[
            'scope', 'key', 'request', 'created_at', 'ttl', 'expires_at', 'status', 'attempt',
            'lease_expires_at', 'completed_at', 'response_status', 'recovery_point',
            'response_body', 'response_headers', 'tenant', 'lease', 'response_body_bytes',
-           'response_body_omitted', 'claim_data', 'sweep_at', 'shard_key'] AS layout_known
+           'response_body_omitted', 'claim_data', 'sweep_at', 'shard_key', 'digest'] AS layout_known
   FROM pg_attribute
  WHERE attrelid = 'idempotency.keys'::regclass AND attnum > 0 AND NOT attisdropped \gset
 \if :layout_known
@@ -58,13 +58,13 @@ INSERT INTO idempotency.keys (scope, key, request, created_at, ttl, expires_at, 
                               lease_expires_at, completed_at, response_status, recovery_point,
                               response_body, response_headers, tenant, lease,
                               response_body_bytes, response_body_omitted, claim_data, sweep_at,
-                              shard_key)
+                              shard_key, digest)
 SELECT t.scope, bench_known_key(g.i), t.request, t.created_at + o.later, t.ttl,
        t.completed_at + o.later + t.ttl, t.status, t.attempt,
        t.lease_expires_at, t.completed_at + o.later, t.response_status, t.recovery_point,
        jsonb_build_object('order', g.i), t.response_headers, t.tenant, t.lease,
        t.response_body_bytes, t.response_body_omitted, t.claim_data,
-       t.sweep_at, t.shard_key
+       t.sweep_at, t.shard_key, idempotency.key_digest(t.tenant, t.scope, bench_known_key(g.i))
   FROM template AS t,
        generate_series(:first + :job, :last, :jobs) AS g(i),
        LATERAL (SELECT (g.i - t.i) * interval '1 second' / t.keys_per_second) AS o(later);

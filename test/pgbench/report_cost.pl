@@ -3,21 +3,22 @@
 # table per transaction and the same-run ratios, with each workload's change
 # of instructions against a previous run when one is given.
 #   perl report_cost.pl [--gate] --margin PERCENT [--previous OLD.tsv]
-#        --label NAME=TEXT... --ratio NUM:DEN[:gate[=RATIO]]... COUNTS.tsv
+#        --label NAME=TEXT... --ratio NUM:DEN[:GOAL]... --wal-ratio NUM:DEN:GOAL... COUNTS.tsv
 # COUNTS.tsv: a settings line (#), a header, then per workload its name, the
 # two run lengths and, for each count, the short run's then the long run's
 # (cost's tsv_header names them).  A figure per transaction is (long - short)
 # / (long transactions - short transactions).
-# Exit status 3 when --gate is given and a gated ratio is over its goal (1, or
-# RATIO) times 1 + margin.
+# A ratio with a GOAL (of instructions, or with --wal-ratio of WAL bytes)
+# meets it when it is at most GOAL * (1 + margin / 100).
+# Exit status 3 when --gate is given and a ratio misses its goal.
 use strict;
 use warnings;
 use Getopt::Long;
 
-my ($gate, $margin, $previous_file, @label_args, @ratio_args) = (0, 0.5, undef);
+my ($gate, $margin, $previous_file, @label_args, @ratio_args, @wal_ratio_args) = (0, 0.5, undef);
 GetOptions('gate' => \$gate, 'margin=f' => \$margin, 'previous=s' => \$previous_file,
-           'label=s' => \@label_args, 'ratio=s' => \@ratio_args)
-    or die "usage: report_cost.pl [--gate] --margin P [--previous F] --label N=T... --ratio N:D[:gate[=R]]... F\n";
+           'label=s' => \@label_args, 'ratio=s' => \@ratio_args, 'wal-ratio=s' => \@wal_ratio_args)
+    or die "usage: report_cost.pl [--gate] --margin P [--previous F] --label N=T... --ratio N:D[:G]... --wal-ratio N:D:G... F\n";
 my %labels = map { split /=/, $_, 2 } @label_args;
 
 # Per workload, in file order: a hash of per-transaction figures.
@@ -89,21 +90,19 @@ for my $w (@$order) {
 }
 
 print "\n";
-my $ratio_format = "%-32s %12s %9s  %-10s %s\n";
-printf $ratio_format, 'ratio', 'instructions', 'WAL B', 'goal', 'result';
+my $ratio_format = "%-34s %-12s %12s  %-10s %s\n";
+printf $ratio_format, 'ratio', 'of', 'value', 'goal', 'result';
 my $missed = 0;
-for my $spec (@ratio_args) {
-    my ($num, $den, $gated) = split /:/, $spec;
+sub ratio_line {
+    my ($spec, $what) = @_;
+    my ($num, $den, $goal) = split /:/, $spec;
     my ($n, $d) = ($rows->{$num}, $rows->{$den});
-    next unless $n && $d;
-    my $ratio = $n->{instructions} / $d->{instructions};
-    my $wal = $d->{wal_bytes} > 0 ? number($n->{wal_bytes} / $d->{wal_bytes}, 3) : '-';
-    my ($goal, $result) = ('none', '-');
-    if ($gated) {
-        # "gate" holds the ratio to 1, "gate=X" to X, each with the margin.
-        my ($target) = $gated =~ /^gate(?:=([0-9.]+))?$/ or die "$spec: gate or gate=RATIO\n";
-        my $limit = ($target // 1) * (1 + $margin / 100);
-        $goal = '<= ' . number($limit, 3);
+    return unless $n && $d && $d->{$what} > 0;
+    my $ratio = $n->{$what} / $d->{$what};
+    my ($goal_text, $result) = ('none', '-');
+    if (defined $goal) {
+        my $limit = $goal * (1 + $margin / 100);
+        $goal_text = '<= ' . number($goal, 2);
         if ($ratio <= $limit) {
             $result = 'PASS';
         } else {
@@ -111,10 +110,13 @@ for my $spec (@ratio_args) {
             $missed = 1;
         }
     }
-    printf $ratio_format, "$num / $den", number($ratio, 3), $wal, $goal, $result;
+    printf $ratio_format, "$num / $den", $what eq 'wal_bytes' ? 'WAL bytes' : 'instructions',
+        number($ratio, 3), $goal_text, $result;
 }
+ratio_line($_, 'instructions') for @ratio_args;
+ratio_line($_, 'wal_bytes') for @wal_ratio_args;
 if ($missed) {
-    printf "\nthe gate (each ratio marked <= its goal: instructions per transaction, margin %s%% for deterministic noise) %s\n",
-        $margin, $gate ? 'FAILED' : 'would fail (GATE=1 makes it fail the run)';
+    printf "\nthe gate (each goal times %s, the margin of %s%% for deterministic noise) %s\n",
+        number(1 + $margin / 100, 3), $margin, $gate ? 'FAILED' : 'would fail (GATE=1 makes it fail the run)';
 }
 exit($gate && $missed ? 3 : 0);

@@ -72,13 +72,40 @@ query('source',
 	q{SELECT idempotency_checkpoint('pay', 'charge-2', 'captured', attempt => 2);
 	  SELECT idempotency_complete('pay', 'charge-2', 200, '{"charged": "20 EUR"}', attempt => 2)});
 
+# A tenant's key (idempotency.tenant_isolation = role): stored under a
+# digest made with the tenant's number in idempotency.tenants, which the dump
+# carries with the keys, and the sequence that numbers the next tenant.
+query('postgres', q{
+	CREATE ROLE dump_tenant LOGIN;
+	ALTER ROLE dump_tenant SET idempotency.tenant_isolation = role;
+	CREATE ROLE dump_tenant_later LOGIN;
+	ALTER ROLE dump_tenant_later SET idempotency.tenant_isolation = role});
+query('source', 'GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA public TO dump_tenant, dump_tenant_later');
+my $tenant_request = q{
+	BEGIN;
+	SELECT outcome FROM idempotency_begin('shop', 'tenant-order', request_hash('POST /orders 1'::text));
+	SELECT idempotency_complete('shop', 'tenant-order', 201, '{"order": "the tenant''s"}');
+	COMMIT;};
+sub as_role
+{
+	my ($db, $role, $sql) = @_;
+	return $node->safe_psql($db, $sql, extra_params => [ '-U', $role ]);
+}
+as_role('source', 'dump_tenant', $tenant_request);
+my $tenant_replay = q{SELECT outcome || ' ' || response_body
+	FROM idempotency_begin('shop', 'tenant-order', request_hash('POST /orders 1'::text))};
+is(as_role('source', 'dump_tenant', $tenant_replay), q{replay {"order": "the tenant's"}},
+	'source: the tenant replays its own shop/tenant-order');
+my $tenant_numbers = q{SELECT string_agg(number || '=' || role::text, ' ' ORDER BY number) FROM idempotency.tenants};
+is(query('source', $tenant_numbers), '1=dump_tenant', 'source: the tenant is numbered');
+
 my $source_keys = keys_text($node, 'source');
 my $source_orders = query('source', 'SELECT string_agg(o::text, E\'\n\' ORDER BY idem_key) FROM orders AS o');
 is( query('source',
 		q{SELECT string_agg(status::text || ':' || count, ' ' ORDER BY status)
 		  FROM (SELECT status, count(*) FROM idempotency.keys GROUP BY status) AS s}),
-	'c:7 p:2',
-	'source holds 7 completed keys and 2 in progress');
+	'c:8 p:2',
+	'source holds 8 completed keys and 2 in progress');
 ok(body_is_toasted($node, 'source'), 'the large body is stored out of line in the TOAST table');
 
 # ---------------------------------------------------------------------------
@@ -118,6 +145,15 @@ sub check_restored
 	my $flaky = begin_request($node, $db, 'shop', 'flaky', 'POST /flaky');
 	is(fields($flaky, qw(outcome attempt)), 'claimed | 2',
 		"$how: the dropped claim (503) is taken over as attempt 2");
+	# The tenant: its number, its key; a tenant numbered after the restore
+	# gets the next number, never one the source handed out.
+	is(query($db, $tenant_numbers), '1=dump_tenant', "$how: the tenants' numbers are the source's");
+	query($db, 'GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA public TO dump_tenant, dump_tenant_later');
+	is(as_role($db, 'dump_tenant', $tenant_replay), q{replay {"order": "the tenant's"}},
+		"$how: the tenant replays its own shop/tenant-order");
+	as_role($db, 'dump_tenant_later', $tenant_request);
+	is(query($db, $tenant_numbers), '1=dump_tenant 2=dump_tenant_later',
+		"$how: a tenant numbered after the restore gets the next number");
 	return;
 }
 
@@ -138,6 +174,8 @@ $node->command_ok([ 'pg_dump', '-Fc', '-f', $archive, '-d', 'source' ], 'pg_dump
 my ($toc) = run_command([ 'pg_restore', '-l', $archive ]);
 like($toc, qr/ EXTENSION - idempotency\b/, 'the archive creates the extension');
 like($toc, qr/ TABLE DATA idempotency keys\b/, "the archive holds idempotency.keys's rows");
+like($toc, qr/ TABLE DATA idempotency tenants\b/, "and idempotency.tenants's");
+like($toc, qr/ SEQUENCE SET idempotency tenant_numbers\b/, 'and the sequence of tenant numbers');
 create_empty_database('restored_custom');
 my ($stdout, $stderr);
 ok( $node->run_log(

@@ -81,9 +81,10 @@ query(q{
 # Claims past their expiry time whose lease still runs: a sweep must skip them.
 query(q{
 	INSERT INTO idempotency.keys (scope, key, request, created_at, ttl, expires_at, status,
-	    attempt, lease_expires_at)
+	    attempt, lease_expires_at, digest)
 	SELECT 'leased', 'leased-' || g, request_hash(g::text), now() - interval '2 days',
-	       interval '1 day', now() - interval '1 day', 'p', 3, now() + interval '1 hour'
+	       interval '1 day', now() - interval '1 day', 'p', 3, now() + interval '1 hour',
+	       idempotency.key_digest('-', 'leased', 'leased-' || g)
 	  FROM generate_series(1, 10) AS g});
 
 my $kept = kept_keys();
@@ -116,10 +117,11 @@ sub add_backlog
 		LOCK TABLE idempotency.keys IN SHARE MODE;
 		INSERT INTO idempotency.keys (scope, key, request, created_at, ttl, expires_at, status,
 		    attempt, lease_expires_at, completed_at, response_status, recovery_point,
-		    response_body, response_headers)
+		    response_body, response_headers, digest)
 		SELECT 'backlog', '$round-' || g, request_hash(g::text), now() - interval '2 days',
 		       interval '1 day', now() - interval '1 day', 'c', 1, NULL, now() - interval '2 days',
-		       200, NULL, jsonb_build_object('n', g), NULL
+		       200, NULL, jsonb_build_object('n', g), NULL,
+		       idempotency.key_digest('-', 'backlog', '$round-' || g)
 		  FROM generate_series(1, $backlog) AS g;
 		COMMIT});
 	return;

@@ -2,8 +2,12 @@
 # pg_dumpall --globals-only, as a DBA moves a database: every role gets
 # another OID there, yet each tenant's keys replay for that tenant and only
 # for it, untenanted keys replay for everyone, and the application's grants
-# hold.  (A tenant's key is stored as its role's OID, which pg_dump writes as
-# the role's name.)
+# hold.  (A tenant's key is stored with its role's OID, which pg_dump writes
+# as the role's name, under a digest made with the tenant's number in
+# idempotency.tenants, whose role column is dumped by name too: the numbers,
+# and so the digests, hold in the new cluster.)  A role dropped before the
+# dump has no number in it; a role new to the target gets a number of its
+# own, after the restored ones.
 use strict;
 use warnings;
 use FindBin;
@@ -13,7 +17,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $source = new_node('source');
+# (No expiry worker on the source: the dropped role's number below must
+# still be there when the dump is taken.)
+my $source = new_node('source', conf => ['idempotency.worker_enabled = off']);
 my $target = new_node('target');
 
 # Roles the target has already, so that its OIDs differ from the source's.
@@ -50,6 +56,25 @@ sub complete_as
 complete_as('tenant_a', '{"for": "a"}');
 complete_as('tenant_b', '{"for": "b"}');
 complete_as('app', '{"for": "nobody in particular"}');
+# A tenant numbered, then dropped before the dump: its number's row stays
+# until a sweep, and the dump leaves it out.  (Its key, which a sweep would
+# delete too, is deleted here: restored, it would name whichever role has
+# its OID in the target.)
+$source->safe_psql('postgres', q{
+	CREATE ROLE tenant_gone LOGIN;
+	ALTER ROLE tenant_gone SET idempotency.tenant_isolation = role});
+$source->safe_psql('shop', 'GRANT EXECUTE ON FUNCTION idempotency_begin, idempotency_complete TO tenant_gone');
+complete_as('tenant_gone', '{"for": "gone"}');
+$source->safe_psql('shop', 'REVOKE EXECUTE ON FUNCTION idempotency_begin, idempotency_complete FROM tenant_gone');
+my $gone = $source->safe_psql('postgres', q{SELECT 'tenant_gone'::regrole::oid});
+$source->safe_psql('postgres', 'DROP ROLE tenant_gone');
+$source->safe_psql('shop', "DELETE FROM idempotency.keys WHERE tenant::oid = $gone");
+is($source->safe_psql('shop', "SELECT number FROM idempotency.tenants WHERE role::oid = $gone"), '3',
+	'the dropped role\'s number is still in the table');
+my $numbers = q{SELECT string_agg(number || '=' || role::text, ' ' ORDER BY number) FROM idempotency.tenants
+	WHERE role::text IN ('tenant_a', 'tenant_b')};
+my $source_numbers = $source->safe_psql('shop', $numbers);
+is($source_numbers, '1=tenant_a 2=tenant_b', 'the source numbered its tenants');
 
 sub replay_sql
 {
@@ -77,6 +102,12 @@ isnt($target->safe_psql('postgres', $oids), $source->safe_psql('postgres', $oids
 	'the tenants have other OIDs in the new cluster');
 is($target->safe_psql('shop', 'SELECT string_agg(tenant::text, \' \' ORDER BY tenant::text) FROM idempotency.keys'),
 	'- tenant_a tenant_b', 'the restored keys name their tenants');
+is($target->safe_psql('shop', $numbers), $source_numbers, 'the tenants have the same numbers there');
+is($target->safe_psql('shop', 'SELECT count(*) FROM idempotency.tenants'), '2',
+	'the dropped role\'s number was left out of the dump');
+is( $target->safe_psql('shop', q{SELECT count(*) FILTER (WHERE digest = idempotency.key_digest(tenant, scope, key))
+		FROM idempotency.keys}),
+	'3', 'each restored key is stored under the digest the new cluster computes for it');
 
 is(call($target, 'tenant_a', replay_sql()), 'replay {"for": "a"}', "tenant a replays its own key");
 is(call($target, 'tenant_b', replay_sql()), 'replay {"for": "b"}', "tenant b replays its own key");
@@ -92,5 +123,21 @@ call($target, 'app', q{
 is( call($target, 'app',
 		q{SELECT outcome FROM idempotency_begin('orders', 'new', request_hash('POST /orders'::text))}),
 	'replay', 'the application role works in the restored database');
+
+# A tenant new to the target gets the next number, after the restored ones
+# (the sequence came with the dump), and its key is its own.
+$target->safe_psql('postgres', q{
+	CREATE ROLE tenant_c LOGIN;
+	ALTER ROLE tenant_c SET idempotency.tenant_isolation = role});
+$target->safe_psql('shop', 'GRANT EXECUTE ON FUNCTION idempotency_begin, idempotency_complete TO tenant_c');
+call($target, 'tenant_c', q{
+	BEGIN;
+	SELECT idempotency_begin('orders', 'k', request_hash('POST /orders'::text));
+	SELECT idempotency_complete('orders', 'k', 201, '{"for": "c"}');
+	COMMIT;});
+is(call($target, 'tenant_c', replay_sql()), 'replay {"for": "c"}', 'a new tenant replays its own key');
+is($target->safe_psql('shop', q{SELECT number FROM idempotency.tenants WHERE role = 'tenant_c'::regrole}),
+	'4', 'with the number after the last one the source handed out');
+is(call($target, 'tenant_a', replay_sql()), 'replay {"for": "a"}', "and tenant a still replays its own");
 
 done_testing();

@@ -4,7 +4,10 @@
 # held while a transaction changing their key rolls back, each run with
 # idempotency.defer_claims on and off, on a server without the shared claims
 # table (every claim takes the key lock and is written at once), and on one
-# whose table has a single slot (claims fall back to the key lock).  Every
+# whose table has a single slot (claims fall back to the key lock), and on
+# one without the backend-local caches (idempotency.inject_fault =
+# no_caches: the table's layout, the digests' secret, the last digest, begin's
+# result row are read afresh at every call).  Every
 # answer and the final tables must be the same, and no claimed answer may
 # contradict what other transactions hold or what committed.
 # DIFFERENTIAL_SECONDS sets how long it runs (60 by default; longer by hand).
@@ -25,7 +28,8 @@ my %nodes = (
 	tableless =>
 	  new_node('tableless', conf => [ @common, 'idempotency.max_deferred_claims = 0' ]),
 	one_slot =>
-	  new_node('one_slot', conf => [ @common, 'idempotency.max_deferred_claims = 1' ]));
+	  new_node('one_slot', conf => [ @common, 'idempotency.max_deferred_claims = 1' ]),
+	uncached => new_node('uncached', conf => [ @common, 'idempotency.inject_fault = no_caches' ]));
 sub dsn
 {
 	my ($node) = @_;
@@ -41,6 +45,7 @@ my $passed = IPC::Run::run(
 		'--dsn', dsn($nodes{main}),
 		'--also', dsn($nodes{tableless}),
 		'--also', dsn($nodes{one_slot}),
+		'--also', dsn($nodes{uncached}),
 		'--seconds', $seconds
 	],
 	'>', \$stdout, '2>', \$stderr);

@@ -160,9 +160,11 @@ query(qq{
 	CREATE TRIGGER refuse_deletes BEFORE DELETE ON idempotency.keys
 	  FOR EACH ROW EXECUTE FUNCTION refuse_deletes();
 	INSERT INTO idempotency.keys (scope, key, request, created_at, ttl, expires_at, status,
-	    attempt, completed_at, response_status, recovery_point, response_body, response_headers)
+	    attempt, completed_at, response_status, recovery_point, response_body, response_headers,
+	    digest)
 	SELECT 'old', 'k' || g, request_hash(g::text), now() - interval '2 days', interval '1 day',
-	       now() - interval '1 day', 'c', 1, now() - interval '2 days', 200, $point, $body, $headers
+	       now() - interval '1 day', 'c', 1, now() - interval '2 days', 200, $point, $body, $headers,
+	       idempotency.key_digest('-', 'old', 'k' || g)
 	  FROM generate_series(1, 100) AS g});
 ok($node->poll_query_until($db, q{SELECT last_error IS NOT NULL FROM idempotency_stats()}),
 	'the sweep fails while the expired keys carry the payload');

@@ -47,7 +47,9 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
 
-my $total_calls = 1_000_000;
+# A little over a million: the functions called once every tenth round (about
+# 102 calls) are called a thousand times too.
+my $total_calls = 1_050_000;
 my $warmup_calls = 300_000;
 my $sample_every = 100_000;
 my $long_transaction_calls = 100_000;
@@ -202,10 +204,11 @@ BEGIN
         AND request_hash_parts('POST', '/orders', a) = parts
         AND request_hash_body('application/json', convert_to(doc::text, 'UTF8')) = h
         AND request_hash_body('application/json', convert_to(a, 'UTF8')) = bytes_hash
-        AND idempotency_key_problem('mem', a) IS NULL) IS NOT TRUE THEN
+        AND idempotency_key_problem('mem', a) IS NULL
+        AND idempotency.key_digest('-', 'mem', a) IS NOT NULL) IS NOT TRUE THEN
         RAISE EXCEPTION 'named constructors';
     END IF;
-    calls := calls + 19;
+    calls := calls + 20;
     -- The fingerprint's paths (6 calls).
     IF (request_hash_body('application/json', numbers_body) = request_hash(numbers_doc)
         AND request_hash_body('application/json', deep_body) = request_hash(deep_body)
@@ -269,7 +272,7 @@ BEGIN
     END IF;
     calls := calls + 4;
     -- The store's operations: claim data, the newest state, a response
-    -- replaced on purpose, a page of the scope, forget (6 calls).
+    -- replaced on purpose, two pages of the scope, forget (7 calls).
     r := idempotency_begin('mem', f, h, claim_data => doc);
     IF r.outcome <> 'claimed' OR r.claim_data IS DISTINCT FROM doc THEN
         RAISE EXCEPTION 'claim data: %', r.outcome;
@@ -280,11 +283,13 @@ BEGIN
     IF NOT idempotency_complete('mem', f, 201, body, attempt => 1, replace => true) THEN
         RAISE EXCEPTION 'replace';
     END IF;
-    IF (SELECT count(*) FROM idempotency_keys('mem', after_key => e, max_keys => 2)) <> 2 THEN
+    -- (In digest order, e may be among the scope's last keys.)
+    IF (SELECT count(*) FROM idempotency_keys('mem', after_key => e, max_keys => 2)) > 2
+       OR (SELECT count(*) FROM idempotency_keys('mem', max_keys => 2)) <> 2 THEN
         RAISE EXCEPTION 'keys page';
     END IF;
     IF NOT idempotency_forget('mem', f) THEN RAISE EXCEPTION 'forget'; END IF;
-    calls := calls + 6;
+    calls := calls + 7;
     -- ... a committed claim whose lease runs: in_progress, then release (4 calls) ...
     IF leased_key IS NOT NULL THEN
         parts := request_hash('POST', '/payments', leased_key);

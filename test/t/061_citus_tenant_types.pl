@@ -106,9 +106,9 @@ for my $type (qw(bigint integer uuid))
 			join ';', $order_sql->($tenant[0], 'before'), $order_sql->($spelled->($tenant[0]), 'spelled-before'),
 			map {
 				sprintf(q{INSERT INTO idempotency.keys (scope, key, request, created_at, ttl, expires_at,
-				                                        status, attempt, completed_at, response_status)
-				          VALUES (%s, %s, request_hash('POST /orders'::text), now(), '1 day',
-				                  now() + '1 day', 'c', 1, now(), 201)},
+				                                        status, attempt, completed_at, response_status, digest)
+				          VALUES (%1$s, %2$s, request_hash('POST /orders'::text), now(), '1 day',
+				                  now() + '1 day', 'c', 1, now(), 201, idempotency.key_digest('-', %1$s, %2$s))},
 					quote($_->[0]), quote($_->[1]))
 			} @stored);
 	}
@@ -149,9 +149,9 @@ for my $type (qw(bigint integer uuid))
 		# the coordinator.
 		my $insert_bad_row =
 		  q{INSERT INTO idempotency.keys (scope, key, request, created_at, ttl, expires_at,
-		                                  status, attempt)
+		                                  status, attempt, digest)
 		    VALUES ('tenant-x', 'k', request_hash('r'::text), now(), '1 day', now() + '1 day',
-		            'c', 1)};
+		            'c', 1, idempotency.key_digest('-', 'tenant-x', 'k'))};
 		$workers[1]->safe_psql($db, $insert_bad_row);
 		($sqlstate, $stderr) =
 		  sql_error($coordinator, $db, q{SELECT idempotency_distribute('orders')});
@@ -230,7 +230,7 @@ for my $type (qw(bigint integer uuid))
 				$db,
 				sprintf(q{BEGIN; SELECT outcome FROM %s; COMMIT;
 				          SELECT status FROM idempotency_lookup(%s, 'k');
-				          SELECT string_agg(key, ',') FROM idempotency_keys(%s)},
+				          SELECT string_agg(key, ',' ORDER BY key) FROM idempotency_keys(%s)},
 					begin_call($spelling, 'k', 'POST /orders'), quote($spelling), quote($spelling))),
 			"replay\ncompleted\nk",
 			"$type: the scope $spelling replays, looks up and lists the key of $tenant[1], $where");
