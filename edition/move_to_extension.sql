@@ -81,11 +81,21 @@ CREATE EXTENSION idempotency SCHEMA :"schema";
 -- claim moves with its attempt, lease, recovery point and claim data, a
 -- response with its status, headers and body, and each key keeps its
 -- tenant, times and expiry.  (The edition's writer and unsettled_since have
--- no counterpart: every moved row is committed and settled.)
-INSERT INTO idempotency.keys (tenant, scope, key, request, created_at, ttl, expires_at, status, attempt,
+-- no counterpart: every moved row is committed and settled.)  The extension
+-- stores a key under its digest, which only the extension computes
+-- (idempotency.key_digest: this database's secret, the tenant's number in
+-- idempotency.tenants, made on first use), as doc/operations.md's "Moving
+-- keys in" says; the tenants are numbered first, in the order of their
+-- roles, as the update to 0.5.0 numbers them.
+SELECT pg_catalog.count(idempotency.key_digest(t.tenant, '', '')) AS tenants_numbered
+  FROM (SELECT m.tenant FROM moved_keys AS m
+         WHERE m.tenant::pg_catalog.oid OPERATOR(pg_catalog.<>) 0::pg_catalog.oid
+         GROUP BY m.tenant ORDER BY m.tenant::pg_catalog.oid) AS t \gset
+INSERT INTO idempotency.keys (digest, tenant, scope, key, request, created_at, ttl, expires_at, status, attempt,
                               lease_expires_at, completed_at, response_status, recovery_point, response_body,
                               response_headers, lease, response_body_bytes, response_body_omitted, claim_data)
-SELECT m.tenant, m.scope, m.key, m.request::request_hash, m.created_at, m.ttl, m.expires_at, m.status, m.attempt,
+SELECT idempotency.key_digest(m.tenant, m.scope, m.key), m.tenant, m.scope, m.key, m.request::request_hash,
+       m.created_at, m.ttl, m.expires_at, m.status, m.attempt,
        m.lease_expires_at, m.completed_at, m.response_status, m.recovery_point, m.response_body,
        m.response_headers, m.lease, m.response_body_bytes, m.response_body_omitted, m.claim_data
   FROM moved_keys AS m;

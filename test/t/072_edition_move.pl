@@ -6,7 +6,8 @@
 # with its record and answers -- a stored response (jsonb, bytes, omitted),
 # a claim whose lease runs (attempt, recovery point, claim data), one whose
 # lease ended, an expired one, a tenant's -- and so do the tenants and the
-# grants; the key of a tenant role dropped since stays behind.  Every lookup is the same before and after, byte for byte; the
+# grants, each key under the extension's digest (idempotency.key_digest); the
+# key of a tenant role dropped since stays behind.  Every lookup is the same before and after, byte for byte; the
 # replays are the same; the running claim still holds, the ended one is taken
 # over with the next attempt and its recovery point, the expired key is new.
 use strict;
@@ -83,7 +84,7 @@ for my $form ('directory', 'plain', 'pg_tle')
 	if ($form eq 'pg_tle')
 	{
 		my $tle_node = new_pg_tle_node('move_tle', conf => ['idempotency.worker_enabled = off']);
-		skip 'pg_tle is not installed in this PostgreSQL (build it by hand to run this part)', 12
+		skip 'pg_tle is not installed in this PostgreSQL (build it by hand to run this part)', 13
 		  unless $tle_node;
 		$node->stop;
 		$node = $tle_node;
@@ -176,6 +177,11 @@ for my $form ('directory', 'plain', 'pg_tle')
 	is($node->safe_psql($db, q{SELECT string_agg(extname, ' ' ORDER BY extname) FROM pg_extension
 	                          WHERE extname LIKE 'idempotency%'}),
 		'idempotency', "$form: the extension is installed, the edition gone");
+	is($node->safe_psql($db, q{SELECT string_agg(role::text, ' ') || ': '
+	                                  || (SELECT bool_and(digest = idempotency.key_digest(tenant, scope, key))
+	                                        FROM idempotency.keys)
+	                             FROM idempotency.tenants}),
+		'tenant_a: true', "$form: the tenant numbered, and every key under the extension's digest");
 	is(lookups($db), $before, "$form: every lookup is the same after the move");
 	is(as_role('app', $db, $replays), $replayed, "$form: and so is every replay");
 	is(as_role('app', $db,

@@ -190,8 +190,9 @@ SELECT request_hash('[1e131000]'::jsonb) = 'e17d3712076f05078f807dce2cc04953d9e0
 
 --
 -- idempotency_keys lists a scope's live keys in key order (bytewise, not
--- the database's collation): each page starts after the last key, listed
--- or not.
+-- the database's collation), where the extension lists them in its
+-- digests' order (doc/sql-edition.md's table): each page starts after the
+-- last key, listed or not.
 --
 BEGIN;
 SELECT count(*) AS claimed
