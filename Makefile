@@ -6,7 +6,10 @@ MODULE_big = idempotency
 OBJS = src/module.o src/settings.o src/boundary.o src/log_gate.o src/sha256.o src/siphash.o src/canonical.o src/request_hash.o src/store.o src/key_digest.o src/tenants.o src/citus_placement.o src/citus_routing.o src/claims.o src/shared_claims.o src/unsettled.o \
        src/arguments.o src/inspect.o \
        src/api.o src/stats.o src/scope_stats.o src/worker.o
-DATA = $(wildcard sql/idempotency--*.sql)
+# The SQL edition (edition/, doc/sql-edition.md) installs beside it, for
+# CREATE EXTENSION idempotency_sql; `make sql-edition` writes its pg_tle and
+# plain forms.
+DATA = $(wildcard sql/idempotency--*.sql) edition/idempotency_sql.control $(wildcard edition/idempotency_sql--*.sql)
 DOCS = README.md
 # `make installcheck`, against a running server where `make install` put the
 # extension (connection from PGHOST, PGPORT, PGUSER; a superuser, whose server
@@ -100,7 +103,7 @@ prove_installcheck:
 endif
 
 .PHONY: test demo bench bench-cost bench-expiry bench-scale bench-citus fuzz sanitize test-cassert protocol protocol-check errcodes errcodes-check \
-        dist release format format-check
+        dist release format format-check sql-edition
 # `make test` tests the PostgreSQL that PG_CONFIG names (default: the host's
 # Debian PostgreSQL 15).  `make test PG=N` tests PostgreSQL N: the host's own
 # when Debian's /usr/lib/postgresql/N is installed here, else inside
@@ -161,6 +164,10 @@ sanitize:
 # then); see test/cassert.
 test-cassert:
 	bash test/cassert test
+# The SQL edition's three install forms, from its one source, in
+# edition/build (edition/generate; doc/sql-edition.md, "Installing").
+sql-edition:
+	perl edition/generate edition/build
 # The PGXN archive, dist/idempotency-X.Y.Z.zip: git archive of HEAD, with
 # META.json checked against the control file (tools/release, tools/pgxn-meta).
 dist:

@@ -156,10 +156,17 @@ class Suite:
 
     def waiting_duplicate(self, in_progress_before):
         """Whether a duplicate is waiting for the request in flight: waiting on its
-        transaction in the database, or polling (each poll an in_progress answer)."""
-        return self.wait_for("a waiting duplicate", lambda: self.query(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted")
-            > 0 or self.in_progress_answers() > in_progress_before)
+        transaction in the database (the SQL edition: on the key's advisory lock,
+        objsubid 2, doc/sql-edition.md; the gates are objsubid 1), or polling (each
+        poll an in_progress answer, where idempotency_stats() counts)."""
+        def waiting():
+            if self.query("SELECT count(*) FROM pg_locks WHERE NOT granted"
+                          " AND (locktype = 'transactionid'"
+                          " OR locktype = 'advisory' AND objsubid = 2)") > 0:
+                return True
+            now = self.in_progress_answers()
+            return now is not None and now > in_progress_before
+        return self.wait_for("a waiting duplicate", waiting)
 
     # ------------------------------------------------------------- answers
 

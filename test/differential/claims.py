@@ -30,7 +30,15 @@ lookup got into that window, so it is left out of the comparison; the oracle
 checks it instead: the record as the rollback left it, or the holder's claim
 if the lookup answered before -- never a record without its attempt.
 
-Usage: claims.py --dsn DSN [--also DSN ...] [--seconds N | --seeds N] [--first-seed N]
+With --edition DSN, each seed also runs on a database with the SQL edition
+(edition/, doc/sql-edition.md), and the answers are compared across the
+editions.  Where doc/sql-edition.md's table says they differ -- a begin or a
+newest-state lookup of a key that another open or prepared transaction holds,
+which the edition answers from the committed row and the key's lock alone --
+every run records only that the key was busy, after checking that the
+answer is one the run's edition may give.
+
+Usage: claims.py --dsn DSN [--also DSN ...] [--edition DSN] [--seconds N | --seeds N] [--first-seed N]
 Prints one summary line; exits 1 on any difference or violation, with the
 seed and the operation where it happened.
 """
@@ -152,8 +160,11 @@ class Monitor:
         self.conn = psycopg.connect(dsn, autocommit=True)
 
     def waiting(self, pid):
+        # A lock wait; or the poll of a committed claim's lease, which the
+        # extension makes in a latch wait and the SQL edition in pg_sleep.
         row = self.conn.execute(
             """SELECT cardinality(pg_blocking_pids(pid)) > 0 OR wait_event_type = 'Extension'
+                      OR wait_event = 'PgSleep'
                  FROM pg_stat_activity WHERE pid = %s AND state = 'active'""", (pid,)).fetchone()
         return bool(row and row[0])
 
@@ -169,8 +180,14 @@ class Monitor:
 # ---------------------------------------------------------------------------
 
 class Run:
-    def __init__(self, dsn, seed, defer):
+    # Set when the runs of a seed include the SQL edition: answers that the
+    # editions give differently for a key another transaction holds are
+    # recorded as 'busy' (see the docstring).
+    across_editions = False
+
+    def __init__(self, dsn, seed, defer, edition=False):
         self.dsn = dsn
+        self.edition = edition
         self.random = random.Random(seed)
         self.defer = defer
         self.monitor = Monitor(dsn)
@@ -188,8 +205,21 @@ class Run:
     # and attempt of a claim, the stored response of a replay, the state a
     # lookup sees, whether each timestamp is set.  (Their values differ
     # between runs.)
-    def statement(self, session, what, sql, params=(), effect=None):
+    def statement(self, session, what, sql, params=(), effect=None, busy=None):
         result = session.run(sql, params)
+        if busy is not None and Run.across_editions and (result[0] == 'ok' or result[1] == '57014'):
+            # Answered for a key another transaction holds: the extension
+            # says in_progress or mismatch; the edition may also answer from
+            # the committed row (a replay), or wait where the extension
+            # answered mismatch (and the driver cancels the wait, 57014).
+            allowed = busy[1] if self.edition else busy[0]
+            answer = (result[1][0][0] if result[1] else 'nothing') if result[0] == 'ok' else result[1]
+            if answer not in allowed:
+                raise Violation(f'{session.name} {what}: {answer} for a key another transaction holds')
+            self.record(session, what, 'busy')
+            if result[0] == 'error' and session.in_transaction:
+                session.failed = True
+            return result
         self.record(session, what, result)
         if result[0] == 'error':
             if session.in_transaction:
@@ -235,7 +265,14 @@ class Run:
                       CASE WHEN outcome = 'claimed' THEN recovery_point END,
                       status, lease_expires_at IS NULL, expires_at IS NULL
                  FROM idempotency_begin(%s, %s, request_hash(%s::text), lease => %s::interval)""",
-            (SCOPE, key, request, lease), effect)
+            (SCOPE, key, request, lease), effect, busy=self.busy_answers(session, key))
+
+    def busy_answers(self, session, key):
+        """For a key another transaction holds, the answers the extension and
+        the edition may give (None when nobody else holds it)."""
+        if not self.oracle.others_hold(self.sessions, session, key):
+            return None
+        return ({'in_progress', 'mismatch', '57014'}, {'in_progress', 'mismatch', 'replay', '57014'})
 
     def wait_and_cancel(self, session, key):
         def effect(rows):
@@ -243,11 +280,18 @@ class Run:
                 self.claimed(session, key)
 
         request = session.requests.get(key, 'a')
+        if Run.across_editions and self.oracle.others_hold(self.sessions, session, key):
+            # The extension answers another request's claim at once
+            # (mismatch); the edition waits for it, and the cancelled wait
+            # fails the transaction: the sequences would part.  (The
+            # isolation specs test waiting on a held key in both editions.)
+            self.record(session, f'waiting begin {key}', 'busy, not run')
+            return
         self.statement(
             session, f'waiting begin {key}',
             """SELECT outcome::text, attempt FROM idempotency_begin(%s, %s, request_hash(%s::text),
                       lease => %s::interval, wait => '1 hour')""",
-            (SCOPE, key, request, LEASE), effect)
+            (SCOPE, key, request, LEASE), effect, busy=self.busy_answers(session, key))
 
     def complete(self, session, key):
         status = self.random.choice([201, 201, 201, 503])
@@ -282,12 +326,15 @@ class Run:
         if prepared and self.random.random() < 0.5:
             key = self.random.choice(prepared)
         latest = self.random.choice([False, True])
+        busy = None
+        if latest and self.oracle.others_hold(self.sessions, session, key):
+            busy = ({'in_progress', 'nothing'}, {'in_progress', 'completed', 'nothing'})
         self.statement(
             session, f'lookup {key} latest={latest}',
             """SELECT status, attempt, committed, response_status, response_body::text,
                       recovery_point, claim_data::text, lease_expires_at IS NULL,
                       expires_at IS NULL, completed_at IS NULL
-                 FROM idempotency_lookup(%s, %s, latest => %s)""", (SCOPE, key, latest))
+                 FROM idempotency_lookup(%s, %s, latest => %s)""", (SCOPE, key, latest), busy=busy)
 
     def read_in_window(self, holder):
         """A latest lookup by another session held (idempotency.inject_fault =
@@ -356,7 +403,12 @@ class Run:
         if result[0] == 'error':
             raise Violation(f'{reader.name} lookup of {key} in the window failed: {result[1]}')
         rows = result[1]
-        if held is not None:
+        if held is not None and self.edition:
+            # The SQL edition has no pause: the lookup answered while the
+            # holder still held the key's lock, which it shows as in_progress,
+            # not committed, and nothing else (doc/sql-edition.md).
+            good = rows == [('in_progress', None, False)]
+        elif held is not None:
             # Still changed by the holder: its claim, uncommitted.
             good = len(rows) == 1 and rows[0][2] is False and (
                 held == 'absent' or rows[0][1] is not None)
@@ -524,7 +576,7 @@ class Run:
             self.monitor.conn.execute(f"COMMIT PREPARED '{gid}'")
         self.oracle.prepared.clear()
         rows = self.monitor.conn.execute(
-            """SELECT scope, key, status, attempt, request, response_status, response_body::text,
+            """SELECT scope, key, status, attempt, encode(request::bytea, 'hex'), response_status, response_body::text,
                       recovery_point, lease_expires_at IS NULL
                  FROM idempotency.keys ORDER BY scope, key""").fetchall()
         self.trace.append(f'table: {rows}')
@@ -553,13 +605,19 @@ def main():
     parser.add_argument('--dsn', required=True)
     parser.add_argument('--also', action='append', default=[],
                         help='another server to run each seed on, with defer_claims on')
+    parser.add_argument('--edition', default=None,
+                        help='a database with the SQL edition, to run each seed on too')
     parser.add_argument('--seconds', type=float, default=None)
     parser.add_argument('--seeds', type=int, default=None)
     parser.add_argument('--first-seed', type=int, default=1)
     args = parser.parse_args()
-    # Each run: a server and whether claims are deferred.
-    runs = [(args.dsn, True), (args.dsn, False)] + [(dsn, True) for dsn in args.also]
-    for dsn in [args.dsn] + args.also:
+    # Each run: a server, whether claims are deferred, and whether it is the
+    # SQL edition.
+    runs = [(args.dsn, True, False), (args.dsn, False, False)] + [(dsn, True, False) for dsn in args.also]
+    if args.edition:
+        runs.append((args.edition, True, True))
+        Run.across_editions = True
+    for dsn in [args.dsn] + args.also + ([args.edition] if args.edition else []):
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute('CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, key text NOT NULL, by text NOT NULL)')
     started = time.monotonic()
@@ -577,21 +635,21 @@ def main():
                 all(tally.values()) or elapsed >= 5 * args.seconds):
             break
         traces = []
-        for number, (dsn, defer) in enumerate(runs):
+        for number, (dsn, defer, edition) in enumerate(runs):
             reset(dsn)
-            run = Run(dsn, seed, defer)
+            run = Run(dsn, seed, defer, edition)
             try:
                 traces.append(run.run())
                 if number == 0:
                     first_run_windows = run.windows_paused
             except Violation as violation:
                 print('\n'.join(run.trace))
-                print(f'seed {seed}, run {describe(number, defer)}: {violation}')
+                print(f'seed {seed}, run {describe(number, defer, edition)}: {violation}')
                 return 1
         for number, trace in enumerate(traces[1:], start=1):
             if trace == traces[0]:
                 continue
-            print(f'seed {seed}: the answers of run {describe(number, runs[number][1])} differ '
+            print(f'seed {seed}: the answers of run {describe(number, runs[number][1], runs[number][2])} differ '
                   f'from those of run {describe(0, True)}')
             for first, other in zip(traces[0], trace):
                 marker = '   ' if first == other else '!! '
@@ -607,7 +665,8 @@ def main():
         operations += OPERATIONS
         seed += 1
     print(f'{seeds} sequences of {OPERATIONS} operations ({operations} in all, each run '
-          f'{len(runs)} times: defer_claims on and off, and on {len(args.also)} other servers) '
+          f'{len(runs)} times: defer_claims on and off, on {len(args.also)} other servers'
+          f'{" and on the SQL edition" if args.edition else ""}) '
           f'over {SESSIONS} sessions and {len(KEYS)} keys: 0 differences, 0 violations')
     # What the sequences did, so that a test can tell that they reached the
     # states that matter: an operation that always failed would compare equal
@@ -617,8 +676,10 @@ def main():
     return 0
 
 
-def describe(number, defer):
+def describe(number, defer, edition=False):
     """A run, as the summary and the reports name it."""
+    if edition:
+        return f'{number + 1} (the SQL edition)'
     if number < 2:
         return f'{number + 1} (defer_claims {"on" if defer else "off"})'
     return f'{number + 1} (--also #{number - 1})'

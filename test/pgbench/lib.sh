@@ -479,7 +479,7 @@ pgbench_in() {
     local database=$1
     shift
     as_server_user "$bindir/pgbench" -n -M prepared -h "$cluster_socket" -p "$cluster_port" \
-        "$@" "$database"
+        ${pgbench_role:+-U "$pgbench_role"} "$@" "$database"
 }
 
 # A value from pgbench's output: the first match of the sed pattern's group.

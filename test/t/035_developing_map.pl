@@ -195,7 +195,7 @@ is(scalar(@problems), 0, 'a skeleton of the tree passes the check') or diag(join
 # A new source pair, a test folder and a test script without their lines fail,
 # and the messages give the lines to add.
 touch($_) for qw(src/keyed_hash.hpp src/keyed_hash.cpp test/new_script);
-make_path("$copy/test/edition");
+make_path("$copy/test/new_folder");
 @problems = map_problems($copy);
 is(scalar(@problems), 4, 'a new source pair, test folder and test script are four problems')
   or diag(join("\n", @problems));
@@ -204,7 +204,7 @@ like($all, qr{^src/keyed_hash\.hpp, src/keyed_hash\.cpp has no line .*"## Reposi
 	'the source pair: the layout line to add');
 like($all, qr{^src/keyed_hash\.hpp, src/keyed_hash\.cpp is in no layer .*add `keyed_hash\.\{hpp,cpp\}` to the Files of its layer}m,
 	'the source pair: the layer to add it to');
-like($all, qr{^test/edition/ has no line .*\n    test/edition/ +<what it holds>$}m, 'the test folder: its line');
+like($all, qr{^test/new_folder/ has no line .*\n    test/new_folder/ +<what it holds>$}m, 'the test folder: its line');
 like($all, qr{^test/new_script has no line .*\n    test/new_script +<what it does>$}m, 'the test script: its line');
 
 # Following the messages makes the check pass again.

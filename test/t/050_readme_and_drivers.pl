@@ -70,7 +70,9 @@ for my $document (@documents, sort glob('middleware/*/README.md'))
 }
 ok($examples >= 8, 'the READMEs show the middleware examples');
 my %tested_elsewhere = ('citus_handler.sql' => 'test/t/CitusTest.pm',
-	'key_digest.sql' => 'test/t/025_update_digest.pl');
+	'key_digest.sql' => 'test/t/025_update_digest.pl',
+	map { ($_ => 'test/t/074_edition_docs.pl') }
+	  qw(edition_create.sql edition_tenants.sql edition_limits.sql edition_cron.sql edition_uncron.sql));
 my @run_here = qw(intro.sql create_extension.sql setup.sql orders.sql handler.sql replay.sql
   place_order.sql grants.sql tenant_roles.sql cron.sql);
 is(join(' ', sort grep { !$tested_elsewhere{$_} } keys %blocks),

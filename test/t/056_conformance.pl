@@ -1,7 +1,11 @@
 # The HTTP conformance suite (test/conformance/README.md): the same cases,
 # test/conformance/client.py, against every setup of every middleware package
 # (each middleware/<language>/conformance/run), with the package installed as
-# its users install it.  One TAP line per check and setup.
+# its users install it.  One TAP line per check and setup.  Then the first
+# setup of each package once more, on a database with the SQL edition
+# (doc/sql-edition.md) instead of the extension, on a server without the
+# extension's library, with no option changed, as an application role with
+# README.md's grants.
 #
 # The adapters do not depend on the server's major version, so the suite runs
 # where CONFORMANCE is not 0; test/chroot sets it to 0 for PostgreSQL 17 and
@@ -25,6 +29,26 @@ plan skip_all => 'no middleware package has a conformance/run' unless @packages;
 
 my $python = -x '/usr/bin/python3' ? '/usr/bin/python3' : 'python3';
 my ($node, %database) = new_orders_database('conformance', conf => ['max_connections = 300']);
+# The SQL edition on a server of its own that does not load the extension's
+# library, as a managed server does not.
+my $edition_node = new_node('conformance_sql', conf => [ 'max_connections = 300', "shared_preload_libraries = ''" ]);
+# The package connects as an application role with README.md's grants ("On
+# a managed PostgreSQL") and its own table, as a team there would; the
+# cases' client, which reads idempotency.keys, as the owner.
+my %edition_client = (%database, PGHOST => $edition_node->host, PGPORT => $edition_node->port,
+	PGDATABASE => 'conformance_sql');
+my %edition_database = (%edition_client, PGUSER => 'conformance_app');
+$edition_node->safe_psql('postgres', 'CREATE DATABASE conformance_sql');
+$edition_node->safe_psql('conformance_sql', q{
+	CREATE EXTENSION idempotency_sql;
+	CREATE TABLE orders (id bigserial PRIMARY KEY, item text NOT NULL);
+	CREATE ROLE conformance_app LOGIN;
+	GRANT EXECUTE ON FUNCTION idempotency_begin, idempotency_complete, idempotency_checkpoint,
+	                          idempotency_release, idempotency_lookup, idempotency_forget,
+	                          idempotency_keys TO conformance_app;
+	GRANT SELECT, INSERT ON orders TO conformance_app;
+	GRANT USAGE ON SEQUENCE orders_id_seq TO conformance_app;
+});
 # The same as the client's connection string.
 my %conninfo = (PGHOST => 'host', PGPORT => 'port', PGDATABASE => 'dbname', PGUSER => 'user');
 
@@ -49,18 +73,24 @@ for my $run (@packages)
 		'>', \$out, '2>', \$err, IPC::Run::timeout(1800));
 	ok($ok, "$dir: the package installs as its users install it") or diag("$out\n$err");
 	next unless $ok;
-	run_setup($dir, $run, $prepared, $_) for @setups;
+	run_setup($dir, $run, $prepared, $_, \%database, '') for @setups;
+	run_setup($dir, $run, $prepared, $setups[0], \%edition_database, ' (SQL edition)', \%edition_client);
 }
 
 done_testing();
 
-# Serves one setup and runs the cases against it.
+# Serves one setup on a database (libpq's environment) and runs the cases
+# against it, their client connected as $client (default: the same); $label
+# follows the setup's name in each check.
 sub run_setup
 {
-	my ($dir, $run, $prepared, $setup) = @_;
+	my ($dir, $run, $prepared, $setup_name, $database, $label, $client) = @_;
+	my %database = %$database;
+	my %client = %{ $client // $database };
+	my $setup = "$setup_name$label";
 	my $port = free_tcp_port();
-	my $log = "$prepared/$setup.log";
-	my $server = IPC::Run::start([ $run, 'serve', $prepared, $setup, $port ],
+	my $log = "$prepared/$setup_name" . ($label ? '-sql' : '') . '.log';
+	my $server = IPC::Run::start([ $run, 'serve', $prepared, $setup_name, $port ],
 		'<', \'', '>', $log, '2>&1',
 		init => sub {
 			chdir $dir or die "chdir $dir: $!";
@@ -73,7 +103,7 @@ sub run_setup
 		my ($out, $err) = ('', '');
 		my $ran = IPC::Run::run(
 			[ $python, 'test/conformance/client.py', '--url', "http://127.0.0.1:$port",
-				'--dsn', join(' ', map { "$conninfo{$_}=$database{$_}" } sort keys %database) ],
+				'--dsn', join(' ', map { "$conninfo{$_}=$client{$_}" } sort keys %client) ],
 			'>', \$out, '2>', \$err, IPC::Run::timeout(1800));
 		# Each check, with the "#   " lines of diagnostics that follow a failed one.
 		my $checks = 0;

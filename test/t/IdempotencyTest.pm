@@ -27,7 +27,7 @@ our @EXPORT = qw(
   wait_for_promotion keys_text wait_for_sweeps reload_with indexes_checked
   start_pgbouncer citus_missing citus_without_exports start_citus_cluster citus_database
   citus_untested_versions crash_restarts new_orders_database free_tcp_port wait_for_health
-  log_tail
+  log_tail new_pg_tle_node
 );
 
 # A byte-string JSON decoder: each byte of psql's output stays one character,
@@ -43,6 +43,38 @@ sub new_node
 	my $node = PostgreSQL::Test::Cluster->new($name);
 	$node->init(extra => [ '--encoding=UTF8', '--locale=C' ],
 		%{ $params{init} // {} });
+	$node->append_conf('postgresql.conf', $_) for @{ $params{conf} // [] };
+	$node->start;
+	return $node;
+}
+
+# A node with pg_tle preloaded (conf => [lines] as for new_node, which may
+# preload the extension too), or undef where pg_tle is not installed in this PostgreSQL (it is
+# not in Debian: build it by hand to run the tests that need it).  pg_tle
+# refuses a name that the extension directory has, so the node runs a copy
+# of the installation without the SQL edition's files there, as on a
+# managed server.
+sub new_pg_tle_node
+{
+	my ($name, %params) = @_;
+	my $pkglibdir = `pg_config --pkglibdir`;
+	my $sharedir = `pg_config --sharedir`;
+	my $bindir = `pg_config --bindir`;
+	chomp($pkglibdir, $sharedir, $bindir);
+	return undef
+	  unless -e "$pkglibdir/pg_tle.so" && -e "$sharedir/extension/pg_tle.control";
+	my $copy = PostgreSQL::Test::Utils::tempdir;
+	my $prefix = $bindir =~ s{/bin$}{}r;
+	for my $dir ($prefix, $sharedir)
+	{
+		my $parent = $copy . ($dir =~ s{/[^/]+$}{}r);
+		system('mkdir', '-p', $parent) == 0 or BAIL_OUT("mkdir $parent");
+		system('cp', '-a', $dir, $parent) == 0 or BAIL_OUT("cp $dir");
+	}
+	unlink glob("$copy$sharedir/extension/idempotency_sql*");
+	my $node = PostgreSQL::Test::Cluster->new($name, install_path => "$copy$prefix");
+	$node->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
+	$node->append_conf('postgresql.conf', "shared_preload_libraries = 'pg_tle'");
 	$node->append_conf('postgresql.conf', $_) for @{ $params{conf} // [] };
 	$node->start;
 	return $node;
