@@ -66,9 +66,12 @@ type Options struct {
 	Scope func(*http.Request) (string, error)
 	// Route names the route a request was routed to, a part of its fingerprint (and of
 	// its scope with ScopePerRoute), as a pattern that the package puts in its canonical
-	// form (middleware/README.md: "{id}" for "{id:[0-9]+}", "*" for "{rest...}"), the same
-	// in every package. Default: the ServeMux pattern that matched it, less its method (Go
-	// 1.23 and later, where http.Request has Pattern), else the path. With chi:
+	// form (middleware/README.md: "{id}" for "{id:[0-9]+}" or ":id", "*" for "{rest...}"
+	// or "*rest"), the same in every package: a pattern in the brace syntax (ServeMux,
+	// chi, gorilla/mux) or, when a segment starts with ":" or "*" and a name, in the
+	// colon syntax (gin, echo). Default: the pattern an adapter recorded with WithRoute,
+	// else the ServeMux pattern that matched it, less its method (Go 1.23 and later, where
+	// http.Request has Pattern), else the path. With chi:
 	// chi.RouteContext(r.Context()).RoutePattern(); with gorilla/mux:
 	// mux.CurrentRoute(r).GetPathTemplate().
 	Route func(*http.Request) string
@@ -102,7 +105,7 @@ func (o Options) withDefaults() Options {
 		o.Route = defaultRoute
 	} else {
 		hook := o.Route
-		o.Route = func(r *http.Request) string { return canonicalRoute("brace", hook(r)) }
+		o.Route = func(r *http.Request) string { return canonicalPattern(hook(r)) }
 	}
 	if o.Methods == nil {
 		o.Methods = defaultMethods
@@ -116,9 +119,13 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// defaultRoute is the ServeMux pattern without its method, in its canonical form, where
-// the Go release records it (muxPattern), else the path as sent.
+// defaultRoute is the pattern an adapter recorded (WithRoute), else the ServeMux pattern
+// without its method, in its canonical form, where the Go release records it
+// (muxPattern), else the path as sent.
 func defaultRoute(r *http.Request) string {
+	if pattern, ok := r.Context().Value(routeKey{}).(string); ok && pattern != "" {
+		return canonicalPattern(pattern)
+	}
 	if pattern := muxPattern(r); pattern != "" {
 		if space := strings.IndexAny(pattern, " \t"); space >= 0 {
 			pattern = strings.TrimLeft(pattern[space:], " \t")
@@ -146,6 +153,18 @@ func canonicalRoute(syntax, pattern string) string {
 		pattern = rule.ReplaceAllString(pattern, routeRules[syntax][i][1])
 	}
 	return pattern
+}
+
+// colonSyntax finds a parameter of the colon syntax (gin's and echo's ":id", "*rest"): a
+// segment that starts with ":" or "*" and a name, which no brace pattern has.
+var colonSyntax = regexp.MustCompile(`(?:^|/)[:*]\w`)
+
+// canonicalPattern is the canonical form of a pattern in the brace or the colon syntax.
+func canonicalPattern(pattern string) string {
+	if colonSyntax.MatchString(pattern) {
+		return canonicalRoute("colon", pattern)
+	}
+	return canonicalRoute("brace", pattern)
 }
 
 // latin1 is a header's or a query string's bytes a character each (ISO-8859-1), as the
@@ -343,6 +362,9 @@ func (m *middleware) run(r *http.Request, c *Claim, maxResponseBytes int64) *res
 	}
 	answer := w.result()
 	switch {
+	case !w.written:
+		c.abandon(m.options.ErrorLog)
+		return m.wroteNothing()
 	case w.overflow:
 		c.abandon(m.options.ErrorLog)
 		return m.responseTooLarge(maxResponseBytes)
@@ -395,6 +417,16 @@ func (m *middleware) serve(w *recorder, r *http.Request) (panicked bool, value i
 	}()
 	m.next.ServeHTTP(w, r)
 	return false, nil
+}
+
+// wroteNothing answers a handler that neither wrote nor set a status through the
+// middleware's writer. Stored, it would replay an empty 200 to every retry: the handler
+// wrote to another writer (a gin or echo handler behind an adapter that did not hand it
+// the middleware's, README.md "gin and echo"), or wrote nothing at all.
+func (m *middleware) wroteNothing() *response {
+	m.options.ErrorLog.Print("idempotency: the handler wrote nothing through the middleware's ResponseWriter, " +
+		"so nothing was stored and its work was rolled back; with gin or echo, use the adapter in the package's README")
+	return answer(answerInternalError, nil)
 }
 
 func (m *middleware) panicked(value interface{}) *response {

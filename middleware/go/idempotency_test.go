@@ -254,3 +254,56 @@ func TestLatin1(t *testing.T) {
 		}
 	}
 }
+
+// A Route hook's pattern, or an adapter's (WithRoute), in gin's and echo's colon syntax or
+// the brace syntax, is put in its canonical form.
+func TestRoutePatternSyntaxes(t *testing.T) {
+	for pattern, canonical := range map[string]string{
+		"/orders/:id": "/orders/{id}", "/files/*rest": "/files/*", "/orders/:id/items/:item": "/orders/{id}/items/{item}",
+		"/orders/{id:[0-9]+}": "/orders/{id}", "/orders/{id}": "/orders/{id}", "/orders": "/orders", "/files/*": "/files/*",
+	} {
+		if got := canonicalPattern(pattern); got != canonical {
+			t.Errorf("%s: %s, want %s", pattern, got, canonical)
+		}
+		r := WithRoute(httptest.NewRequest("POST", "/x", nil), pattern)
+		if got := (Options{}).withDefaults().Route(r); got != canonical {
+			t.Errorf("WithRoute(%s): the route is %s, want %s", pattern, got, canonical)
+		}
+	}
+}
+
+// A GinWriter writes through the middleware's writer as gin's own writer would: the
+// status when the body starts (or WriteHeaderNow), and its accounts.
+func TestGinWriter(t *testing.T) {
+	w := newRecorder(-1)
+	g := NewGinWriter(w, httptest.NewRecorder())
+	if g.Written() || g.Size() != -1 || g.Status() != 200 {
+		t.Fatalf("a new writer: written %v, size %d, status %d", g.Written(), g.Size(), g.Status())
+	}
+	g.WriteHeader(201)
+	g.WriteHeader(202) // gin's: the last before the body
+	if w.written {
+		t.Error("the status was sent before the body")
+	}
+	g.Header().Set("Content-Type", "application/json")
+	g.WriteString(`{"a":`)
+	g.Flush()
+	g.Write([]byte(`1}`))
+	g.WriteHeader(500) // too late
+	got := w.result()
+	if got.status != 202 || string(got.body) != `{"a":1}` || got.header.Get("Content-Type") != "application/json" ||
+		!g.Written() || g.Size() != 7 || g.Status() != 202 {
+		t.Errorf("got %d %v %q; written %v, size %d, status %d", got.status, got.header, got.body,
+			g.Written(), g.Size(), g.Status())
+	}
+	if _, _, err := g.Hijack(); err == nil {
+		t.Error("a held response was hijacked")
+	}
+	w = newRecorder(-1)
+	g = NewGinWriter(w, httptest.NewRecorder())
+	g.WriteHeader(204) // c.Status(204), and gin's WriteHeaderNow after the chain
+	g.WriteHeaderNow()
+	if got := w.result(); !w.written || got.status != 204 {
+		t.Errorf("WriteHeaderNow: written %v, status %d", w.written, got.status)
+	}
+}

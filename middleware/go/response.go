@@ -134,6 +134,7 @@ type recorder struct {
 	body     []byte
 	limit    int64
 	overflow bool
+	written  bool // WriteHeader or Write was called: the handler answered through it
 }
 
 func newRecorder(limit int64) *recorder {
@@ -144,6 +145,7 @@ func (w *recorder) Header() http.Header { return w.header }
 
 // WriteHeader records the first final status; informational ones (1xx) are not sent.
 func (w *recorder) WriteHeader(status int) {
+	w.written = true
 	if w.status == 0 && status >= 200 {
 		w.status = status
 	}
