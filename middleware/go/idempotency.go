@@ -86,6 +86,12 @@ type Options struct {
 	// which commits; its response is stored in a transaction of its own, fenced by the
 	// attempt, and a handler whose lease ended and was taken over gets 409.
 	Lease time.Duration
+	// OnOutcome is called once per protected request (of Methods), before its answer is
+	// sent, with what it came to: one of "claimed", "replayed", "in_flight", "mismatch",
+	// "conflict", "too_large", "refused", "unprotected", "error" (middleware/README.md,
+	// "Observability"), and the request. It is the place for a counter or a span's
+	// attribute; it must not block. Its panic is logged to ErrorLog, never answered.
+	OnOutcome func(outcome string, r *http.Request)
 	// ErrorLog receives what is answered 500 for a reason the client cannot see: a
 	// database error, a failing hook, a handler's panic. Default: the log package's
 	// standard logger.
@@ -201,11 +207,26 @@ type middleware struct {
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, method := range m.options.Methods {
 		if r.Method == method {
-			m.answer(r).send(w)
+			reply := m.answer(r)
+			m.outcome(reply.outcome, r)
+			reply.send(w)
 			return
 		}
 	}
 	m.next.ServeHTTP(w, r)
+}
+
+// outcome calls the OnOutcome hook, whose panic is logged, not answered.
+func (m *middleware) outcome(outcome string, r *http.Request) {
+	if m.options.OnOutcome == nil {
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			m.options.ErrorLog.Printf("idempotency: the OnOutcome hook panicked: %v", p)
+		}
+	}()
+	m.options.OnOutcome(outcome, r)
 }
 
 // answer is the whole course of a protected request, up to what to send.
@@ -355,12 +376,19 @@ func (m *middleware) unclaimed(b *begun) *response {
 // run runs the handler in the claim's transaction and stores its response, or gives the
 // claim up when it fails or answers a server error. maxResponseBytes -1: no limit.
 func (m *middleware) run(r *http.Request, c *Claim, maxResponseBytes int64) *response {
+	ran := outcomeClaimed // the handler ran: its answer, a failure's too, is the claim's
+	if c.key == "" {
+		ran = outcomeUnprotected
+	}
 	w := newRecorder(maxResponseBytes)
 	if panicked, value := m.serve(w, r.WithContext(context.WithValue(r.Context(), claimKey{}, c))); panicked {
 		c.abandon(m.options.ErrorLog)
-		return m.panicked(value)
+		failed := m.panicked(value)
+		failed.outcome = ran
+		return failed
 	}
 	answer := w.result()
+	answer.outcome = ran
 	switch {
 	case !w.written:
 		c.abandon(m.options.ErrorLog)

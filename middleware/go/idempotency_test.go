@@ -307,3 +307,42 @@ func TestGinWriter(t *testing.T) {
 		t.Errorf("WriteHeaderNow: written %v, status %d", w.written, got.status)
 	}
 }
+
+// OnOutcome is called once per protected request, before its answer is sent, with the
+// request; not for a method that passes through; its panic is not answered.
+func TestOnOutcome(t *testing.T) {
+	var got []string
+	var sent bool
+	options := Options{OnOutcome: func(outcome string, r *http.Request) {
+		got = append(got, outcome+" "+r.URL.Path)
+		if sent {
+			t.Error("called after the answer was sent")
+		}
+	}}
+	h := untouched(options, neverRun)
+	w := &sentRecorder{ResponseRecorder: httptest.NewRecorder(), sent: &sent}
+	h.ServeHTTP(w, httptest.NewRequest("POST", "/orders", strings.NewReader("{}")))
+	sent = false
+	big := httptest.NewRequest("POST", "/orders", strings.NewReader(strings.Repeat("x", 2<<20)))
+	big.Header.Set("Idempotency-Key", "k")
+	h.ServeHTTP(&sentRecorder{ResponseRecorder: httptest.NewRecorder(), sent: &sent}, big)
+	passed := httptest.NewRequest("GET", "/orders", nil)
+	untouched(options, http.NotFoundHandler()).ServeHTTP(httptest.NewRecorder(), passed)
+	if want := []string{"refused /orders", "too_large /orders"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("outcomes %q, want %q", got, want)
+	}
+	panicky := untouched(Options{OnOutcome: func(string, *http.Request) { panic("the hook fails") }}, neverRun)
+	if res := serve(panicky, httptest.NewRequest("POST", "/orders", nil)); res.StatusCode != 400 {
+		t.Errorf("a hook's panic changed the answer: %d", res.StatusCode)
+	}
+}
+
+type sentRecorder struct {
+	*httptest.ResponseRecorder
+	sent *bool
+}
+
+func (w *sentRecorder) WriteHeader(status int) {
+	*w.sent = true
+	w.ResponseRecorder.WriteHeader(status)
+}

@@ -42,6 +42,7 @@ const CHECKS = {
   methods: (v) => Array.isArray(v) && v.every((m) => typeof m === 'string'),
   maxRequestBytes: (v) => v == null || (Number.isSafeInteger(v) && v >= 0),
   lease: (v) => v == null || typeof v === 'string',
+  onOutcome: (v) => v == null || typeof v === 'function',
 };
 for (const name of Object.keys(SHARED)) {
   if (!CHECKS[name]) throw new Error(`pg-idempotency: the protocol's option ${name} has no check`);
@@ -83,12 +84,13 @@ function settings(options = {}) {
 }
 
 // An application/problem+json answer (RFC 9457).
-function problem(status, title, { detail, retryAfter } = {}) {
+// `outcome` is what the request came to (src/protocol.txt, "outcomes"), for onOutcome.
+function problem(status, title, { detail, retryAfter, outcome = 'error' } = {}) {
   const headers = { 'content-type': CONSTANTS.problemContentType };
   if (retryAfter != null) headers['retry-after'] = String(retryAfter);
   const document = { type: CONSTANTS.problemType, title, status };
   if (detail) document.detail = detail;
-  return { status, headers, body: Buffer.from(JSON.stringify(document)) };
+  return { status, headers, body: Buffer.from(JSON.stringify(document)), outcome };
 }
 
 // A template's "{name}"s filled in from `values`.
@@ -99,17 +101,30 @@ function render(template, values = {}) {
 // One of the protocol's answers: its status and title, its detail (`values` fill both in,
 // `detail` replaces the protocol's), Retry-After from `retryAfter` where it has one.
 function protocolAnswer(name, values = {}, { detail, retryAfter } = {}) {
-  const [status, title, retry, , template] = ANSWERS[name];
+  const [status, title, retry, outcome, template] = ANSWERS[name];
   return problem(status, render(title, values), {
     detail: detail ?? (template != null ? render(template, values) : undefined),
     retryAfter: retry === 'row' ? Math.max(Number(retryAfter ?? 1), 1) : null,
+    outcome,
   });
 }
 
 // The answer of the SQLSTATE map (src/errcodes.txt) to an error, or null.
 function problemFor(error) {
   const answer = error && SQLSTATE_ANSWERS[error.code];
-  return answer ? problem(answer[0], answer[1], { retryAfter: answer[2] }) : null;
+  return answer ? problem(answer[0], answer[1], { retryAfter: answer[2], outcome: answer[3] }) : null;
+}
+
+// Calls options.onOutcome(outcome, native), once per protected request, before its answer
+// is sent; what it throws (or its promise rejects with) goes to `log`, never to the client.
+function notifyOutcome(options, native, outcome, log) {
+  if (!options.onOutcome) return;
+  try {
+    const result = options.onOutcome(outcome, native);
+    if (result && typeof result.then === 'function') result.then(undefined, log);
+  } catch (error) {
+    log(error);
+  }
 }
 
 const LIMIT = 'idempotency.max_response_bytes';
@@ -219,6 +234,7 @@ function unclaimed(row) {
       status: row.response_status,
       headers: { ...JSON.parse(row.response_headers || '{}'), [CONSTANTS.replayedHeader.toLowerCase()]: 'true' },
       body: row.response_body_bytes || Buffer.alloc(0),
+      outcome: 'replayed',
     };
   }
   if (row.outcome === 'in_progress') return answers.inProgress(row.retry_after_seconds);
@@ -348,6 +364,11 @@ class Course {
     return this.unprotected ? null : this.maxResponseBytes;
   }
 
+  // The outcome of a request whose handler ran (failing or not): its claim's.
+  get ran() {
+    return this.unprotected ? 'unprotected' : 'claimed';
+  }
+
   heldBody() {
     return new HeldBody(this.responseCap);
   }
@@ -357,6 +378,7 @@ class Course {
   // back), storing it failed (the SQLSTATE map's answer, else 500), or a pooler split the
   // transaction.  `body` null: a body over the limit, not kept.
   async finish(response) {
+    response.outcome = this.ran; // the handler's answer, a 5xx's too
     try {
       if (this.unprotected) {
         if (await this.commit()) return response;
@@ -465,5 +487,5 @@ function splitUrl(url) {
 
 module.exports = {
   MAX_REQUEST_BYTES, Course, settings, renamed, problem, answers, keyOf, utf8Text, canonicalRoute, scopeOf, isJsonType,
-  splitUrl, readStream,
+  splitUrl, readStream, notifyOutcome,
 };

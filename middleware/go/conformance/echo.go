@@ -57,6 +57,7 @@ func init() {
 		e.PUT("/options/orders/:id", handler, options)
 		e.PATCH("/options/orders/:id", handler, options)
 		e.POST("/options/refunds/:id", handler, options)
+		e.GET("/options/outcomes", echo.WrapHandler(http.HandlerFunc(outcomeCounts)))
 		return e
 	}
 }

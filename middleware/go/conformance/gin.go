@@ -50,6 +50,7 @@ func init() {
 			router.Handle(method, "/options/orders/:id", options, handler)
 		}
 		router.POST("/options/refunds/:id", options, handler)
+		router.GET("/options/outcomes", gin.WrapF(outcomeCounts))
 		return router
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -71,9 +72,33 @@ var (
 	optionsOptions = idempotency.Options{
 		Header: "Request-Key", KeyOptional: true, StoredHeaders: []string{"Content-Type", "Location", "X-Order"},
 		TTL: time.Hour, Tenant: tenant, Lease: time.Second, ScopePerRoute: true, StoreServerErrors: true,
-		Methods: []string{http.MethodPost, http.MethodPut}, MaxRequestBytes: 1024,
+		Methods: []string{http.MethodPost, http.MethodPut}, MaxRequestBytes: 1024, OnOutcome: countOutcome,
 	}
 )
+
+// outcomes counts the options application's outcomes (its OnOutcome hook), which GET
+// /options/outcomes answers.
+var outcomes = struct {
+	sync.Mutex
+	counts map[string]int
+}{counts: map[string]int{}}
+
+func countOutcome(outcome string, _ *http.Request) {
+	outcomes.Lock()
+	defer outcomes.Unlock()
+	outcomes.counts[outcome]++
+}
+
+func outcomeCounts(w http.ResponseWriter, _ *http.Request) {
+	outcomes.Lock()
+	body, err := json.Marshal(outcomes.counts)
+	outcomes.Unlock()
+	if err != nil {
+		panic(err)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(body)
+}
 
 // optionsApp is the options application (test/conformance/README.md, "The options
 // application"), on chi: the route is chi's pattern, "{id:[0-9]+}" and all.
@@ -83,6 +108,7 @@ func optionsApp(db *sql.DB) http.Handler {
 	protect := idempotency.Middleware(db, options)
 	order := optionsOrder(db)
 	router := chi.NewRouter()
+	router.Get("/options/outcomes", outcomeCounts)
 	protected := router.With(protect)
 	protected.Post("/options/orders/{id:[0-9]+}", order)
 	protected.Put("/options/orders/{id:[0-9]+}", order)
