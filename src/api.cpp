@@ -7,7 +7,7 @@
 #include "boundary.hpp"
 #include "citus_routing.hpp"
 #include "claims.hpp"
-#include "module.hpp"
+#include "settings.hpp"
 #include "store.hpp"
 #include "unsettled.hpp"
 
@@ -241,11 +241,11 @@ bool answer_is_claim(FunctionCallInfo fcinfo, Datum answer)
 }
 
 // A begin whose shard Citus places on another node, run there
-// (citus::forward_call).  Its claim is noted here, where the calling
+// (citus_routing::forward_call).  Its claim is noted here, where the calling
 // transaction commits, as a claim made here would be.
 Datum forwarded_begin(FunctionCallInfo fcinfo, const BeginRequest &request)
 {
-    Datum answer = idempotency::citus::forward_call(fcinfo, request.key.scope);
+    Datum answer = idempotency::citus_routing::forward_call(fcinfo, request.key.scope);
     if (!fcinfo->isnull && answer_is_claim(fcinfo, answer))
         idempotency::unsettled::note_claim(request.key, request.lease_given);
     return answer;
@@ -266,7 +266,7 @@ enum class Settles
 // storage of the key's scope, lets `change` (a claims entry point) do its
 // work there, and notes a settled claim.  Returns false when Citus places
 // the scope's keys on another node: the call ran there instead
-// (citus::forward_call), and *forwarded is its result.
+// (citus_routing::forward_call), and *forwarded is its result.
 template <typename Change>
 bool change_held_claim(FunctionCallInfo fcinfo, const store::Key &key_arg, Settles settles,
                        Change change, Datum *forwarded)
@@ -274,7 +274,7 @@ bool change_held_claim(FunctionCallInfo fcinfo, const store::Key &key_arg, Settl
     Storage storage;
     if (!store::open_here(RowExclusiveLock, key_arg.scope, &storage))
     {
-        *forwarded = idempotency::citus::forward_call(fcinfo, key_arg.scope);
+        *forwarded = idempotency::citus_routing::forward_call(fcinfo, key_arg.scope);
         if (settles == Settles::yes)
             idempotency::unsettled::note_settled(key_arg);
         return false;
@@ -350,8 +350,8 @@ StoredResponse response_to_store(FunctionCallInfo fcinfo)
 void refuse_oversized(FunctionCallInfo fcinfo, const store::Key &key,
                       const StoredResponse &response)
 {
-    bool omit = !has_arg(fcinfo, complete_omit_oversized) ||
-                PG_GETARG_BOOL(complete_omit_oversized);
+    bool omit =
+        !has_arg(fcinfo, complete_omit_oversized) || PG_GETARG_BOOL(complete_omit_oversized);
     if (omit || response.body)
         return;
     ereport(ERROR,
@@ -431,8 +431,8 @@ IDEMPOTENCY_FUNCTION(idempotency_begin)
                 // During a move of that shard, a completed key is answered
                 // there without waiting for the move.
                 if (!request.take_over_mismatch &&
-                    idempotency::citus::forward_replay(fcinfo, request.key.scope, request.key.key,
-                                                       &replayed, answer_is_claim))
+                    idempotency::citus_routing::forward_replay(
+                        fcinfo, request.key.scope, request.key.key, &replayed, answer_is_claim))
                     return replayed;
                 break;
             case ShardRead::needs_write:

@@ -3,7 +3,7 @@
 #include "boundary.hpp"
 #include "claims.hpp"
 #include "errcodes.hpp"
-#include "module.hpp"
+#include "settings.hpp"
 
 extern "C"
 {

@@ -135,20 +135,6 @@ void append_jsonb_item(ByteSink sink, JsonbItem item, const void *bytes, size_t 
         append_part(sink, bytes, size);
 }
 
-bool number_has_short_form(const void *binary, size_t size) noexcept
-{
-    if (size < numeric_send_header_size)
-        return false;
-    const uint8_t *header = static_cast<const uint8_t *>(binary);
-    // int16 ndigits, weight, sign, dscale, big-endian; dscale is never
-    // negative, weight is when the number is below 1.
-    auto int16_at = [header](size_t offset) {
-        return static_cast<int16_t>(
-            static_cast<uint16_t>(header[offset] << 8 | header[offset + 1]));
-    };
-    return int16_at(2) <= max_short_number_weight && int16_at(6) <= max_short_number_scale;
-}
-
 size_t json_nesting_depth(const void *text, size_t size) noexcept
 {
     const unsigned char *at = static_cast<const unsigned char *>(text);

@@ -124,18 +124,15 @@ void append_jsonb_item(ByteSink sink, JsonbItem item, const void *bytes = nullpt
 //    wire form: int16 ndigits, weight, sign, dscale, then ndigits base-10000
 //    digits, each big-endian.  Its size follows what the number stores, so
 //    1e131000 (10 bytes) is never written out as 131,001 digits.
-// Which form a number takes is read from the header of its binary form,
-// which the caller makes first: abs(t) < 1e64 is weight <= 15 (10000^16 =
-// 1e64), scale(t) is dscale.
+// Which form a number takes is decided by numeric's own routines
+// (request_hash.cpp): comparisons with +-short_number_bound (numeric's input
+// of that text), and the scale of the number or of its trim_scale.  (In the
+// binary form's terms, the short form is weight <= 15 -- 10000^16 = 1e64 --
+// and dscale <= 64.)
 // ---------------------------------------------------------------------------
 
-constexpr int max_short_number_weight = 15;
+constexpr char short_number_bound[] = "1e64";
 constexpr int max_short_number_scale = 64;
-constexpr size_t numeric_send_header_size = 8;
-
-// Whether the number whose numeric_send form is binary[0, size) takes the
-// short form; false for anything shorter than the header.
-bool number_has_short_form(const void *binary, size_t size) noexcept;
 
 // ---------------------------------------------------------------------------
 // JSON text nesting.  request_hash_body reads a JSON body by its value only

@@ -6,7 +6,7 @@
 #include "boundary.hpp"
 #include "errcodes.hpp"
 #include "compat.hpp"
-#include "module.hpp"
+#include "settings.hpp"
 
 extern "C"
 {
@@ -53,7 +53,7 @@ extern "C"
 #include "utils/typcache.h"
 }
 
-namespace idempotency::citus
+namespace idempotency::citus_placement
 {
 
 // locktag_field4 of Citus's lock on the metadata of co-located shards.
@@ -253,7 +253,7 @@ static void read_partition(Layout &next, Oid pg_dist_partition)
 // without waiting, the signatures of the routines and flags its library
 // exports (up to PostgreSQL 15), its rule that an update of a replicated
 // reference table commits in two phases -- on the PostgreSQL major version
-// each was tested on by test/t/060_citus.pl and t/061.  A Citus release on
+// each was tested on by the Citus TAP scripts (test/t/061, t/064 to t/068).  A Citus release on
 // another PostgreSQL major is another build, with other code paths (and
 // from 16 on other exports): untested too.  A change there could go
 // unnoticed here, so anything that relies on that layout is refused on any
@@ -272,7 +272,7 @@ static bool tested_citus(const char *version)
     if (version[release] == '.')
         release += 1 + strspn(version + release + 1, "0123456789");
     for (const auto &tested : tested_citus_releases)
-        if (tested.postgres == PG_VERSION_NUM / 10000 && strlen(tested.citus) == release &&
+        if (tested.postgres == compat::major_version && strlen(tested.citus) == release &&
             strncmp(tested.citus, version, release) == 0)
             return true;
     return false;
@@ -311,7 +311,7 @@ void require_tested_citus()
     ereport(ERROR,
             (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
              errmsg("Citus %s on PostgreSQL %d is not a combination this extension is tested with",
-                    untested, PG_VERSION_NUM / 10000),
+                    untested, compat::major_version),
              errdetail("The extension reads Citus's catalogs, takes its shard locks and calls its "
                        "library as the tested releases lay them out (Citus %s); on another "
                        "release a change there could let a shard move have a key claimed twice, "
@@ -851,7 +851,7 @@ void force_two_phase(Oid keys)
                        "idempotency.two_phase as a reference table, or by Citus's routine "
                        "Use2PCForCoordinatedTransaction, "
                        "which the loaded Citus library does not export%s.",
-                       PG_VERSION_NUM >= 160000
+                       compat::libraries_hide_symbols
                            ? " (from PostgreSQL 16 on, extension libraries are built with "
                              "hidden symbols)"
                            : ""),
@@ -1055,4 +1055,4 @@ bool worker_node()
     return OidIsValid(pg_dist_local_group) && local_group(pg_dist_local_group) > 0;
 }
 
-} // namespace idempotency::citus
+} // namespace idempotency::citus_placement

@@ -32,7 +32,7 @@
 //     afresh.
 //
 // The lock's tag and the catalogs' columns are Citus's private layout, so
-// they are trusted only on the Citus releases test/t/060_citus.pl runs
+// they are trusted only on the Citus releases the Citus TAP scripts run
 // (refused on others); a function missing is refused too, and the catalogs
 // are read through their indexes with each column's type checked.
 //
@@ -68,7 +68,7 @@ extern "C"
 #include "storage/lockdefs.h"
 }
 
-namespace idempotency::citus
+namespace idempotency::citus_placement
 {
 
 // The relation that holds the keys of `scope` on this node, locked in
@@ -215,4 +215,4 @@ DistributedFunction citus_distributed_function(Oid function);
 // The co-location group Citus distributes `relid` in; 0 when it does not.
 uint32 colocation_of(Oid relid);
 
-} // namespace idempotency::citus
+} // namespace idempotency::citus_placement

@@ -8,7 +8,7 @@
 #include "citus_placement.hpp"
 #include "errcodes.hpp"
 #include "compat.hpp"
-#include "module.hpp"
+#include "settings.hpp"
 #include "store.hpp"
 
 extern "C"
@@ -56,8 +56,12 @@ extern "C"
 #include "utils/typcache.h"
 }
 
-namespace idempotency::citus
+namespace idempotency::citus_routing
 {
+
+// Routing stands on placement (where a scope's shard is, its lock, 2PC) and
+// on nothing else of Citus's; placement never calls back up here.
+using namespace idempotency::citus_placement;
 
 // ---------------------------------------------------------------------------
 // A call whose shard is placed on another node, run there through Citus
@@ -962,7 +966,7 @@ void guard_delegation()
     RegisterXactCallback(on_transaction_event, nullptr);
 }
 
-} // namespace idempotency::citus
+} // namespace idempotency::citus_routing
 
 // ---------------------------------------------------------------------------
 // Before the API is distributed
@@ -970,13 +974,13 @@ void guard_delegation()
 
 // idempotency.require_tested_citus(), which idempotency_distribute() calls
 // before its first change: the version guard of every call
-// (citus::require_tested_citus, the one list of tested releases), so that on
+// (citus_placement::require_tested_citus, the one list of tested releases), so that on
 // an untested Citus release or PostgreSQL major the distribution is refused
 // (0A000) with nothing changed, rather than done for calls that would then
 // all be refused.
 IDEMPOTENCY_FUNCTION(idempotency_require_tested_citus)
 {
     (void)fcinfo;
-    idempotency::citus::require_tested_citus();
+    idempotency::citus_placement::require_tested_citus();
     PG_RETURN_VOID();
 }

@@ -10,7 +10,7 @@
 
 #include "pg.hpp"
 
-namespace idempotency::citus
+namespace idempotency::citus_routing
 {
 
 // Runs the call `fcinfo` of an API function that writes (begin, complete,
@@ -61,4 +61,4 @@ uint64 forward_read(FunctionCallInfo fcinfo, Datum scope, Datum **rows);
 // are logged without the statement, which may hold the request.
 void guard_delegation();
 
-} // namespace idempotency::citus
+} // namespace idempotency::citus_routing

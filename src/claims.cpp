@@ -3,7 +3,7 @@
 // the shared claims table below it is shared_claims.cpp.
 #include "claims.hpp"
 #include "boundary.hpp"
-#include "module.hpp"
+#include "settings.hpp"
 #include "shared_claims.hpp"
 #include "stats.hpp"
 

@@ -1,6 +1,7 @@
 // Every difference between the PostgreSQL versions the extension supports
 // (15 to 18) that its code meets, as one small wrapper each.  No other file
-// tests PG_VERSION_NUM; a new major version is ported here.
+// tests PG_VERSION_NUM (the pure C++ files only check that no PostgreSQL
+// header came in); a new major version is ported here.
 #pragma once
 
 #include "pg.hpp"
@@ -27,6 +28,13 @@ extern "C"
 
 namespace idempotency::compat
 {
+
+// The PostgreSQL major version the library is built for (15, 17, 18).
+constexpr int major_version = PG_VERSION_NUM / 10000;
+
+// From 16 on, PGXS builds extension libraries with hidden symbols: another
+// library's routines are found only if it exports them itself.
+constexpr bool libraries_hide_symbols = PG_VERSION_NUM >= 160000;
 
 // The local transaction id of this backend's current transaction (moved
 // into MyProc->vxid in 17).

@@ -6,7 +6,7 @@
 #include "citus_routing.hpp"
 #include "claims.hpp"
 #include "key_digest.hpp"
-#include "module.hpp"
+#include "settings.hpp"
 #include "stats.hpp"
 #include "store.hpp"
 
@@ -154,10 +154,10 @@ IDEMPOTENCY_FUNCTION(idempotency_lookup)
         Storage storage;
         if (!store::open_here(AccessShareLock, key.scope, &storage))
         {
-            // Placed on another node: read there (citus::forward_read).
+            // Placed on another node: read there (citus_routing::forward_read).
             Datum *rows;
             call->user_fctx = nullptr;
-            if (idempotency::citus::forward_read(fcinfo, key.scope, &rows) > 0)
+            if (idempotency::citus_routing::forward_read(fcinfo, key.scope, &rows) > 0)
             {
                 HeapTupleData row = forwarded_row(rows[0]);
                 call->user_fctx = heap_copytuple(&row);
@@ -256,9 +256,9 @@ IDEMPOTENCY_FUNCTION(idempotency_keys)
     Storage storage;
     if (!store::open_here(AccessShareLock, scope.scope, &storage))
     {
-        // Placed on another node: listed there (citus::forward_read).
+        // Placed on another node: listed there (citus_routing::forward_read).
         Datum *rows;
-        uint64 count = idempotency::citus::forward_read(fcinfo, scope.scope, &rows);
+        uint64 count = idempotency::citus_routing::forward_read(fcinfo, scope.scope, &rows);
         for (uint64 i = 0; i < count; i++)
         {
             HeapTupleData row = forwarded_row(rows[i]);

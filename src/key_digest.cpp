@@ -85,7 +85,7 @@ static Oid secret_relation(LOCKMODE lockmode)
                         errmsg("relation \"idempotency.digest_secret\" does not exist"),
                         errhint("Update the extension: ALTER EXTENSION idempotency UPDATE.")));
     LockRelationOid(table, lockmode);
-    return citus::reference_placement(table, lockmode);
+    return citus_placement::reference_placement(table, lockmode);
 }
 
 [[noreturn]] static void invalid_secret(const char *problem)

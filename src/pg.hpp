@@ -19,6 +19,16 @@ extern "C"
 #include "fmgr.h"
 }
 
+// Every message the extension raises carries this message domain (errstart
+// records it in ErrorData.domain), which tells its own messages from those
+// PostgreSQL or another module raises, also inside a call of ours: the log
+// gate (log_gate.cpp) keeps the details of the others out of the log.  No
+// catalog is bound to it, so the messages stay as written, untranslated.
+// elog.h (from postgres.h) defines it as NULL, PostgreSQL's own domain;
+// modules replace it after, as PL/pgSQL's header does.
+#undef TEXTDOMAIN
+#define TEXTDOMAIN PG_TEXTDOMAIN("idempotency")
+
 namespace idempotency
 {
 

@@ -78,13 +78,14 @@ const RequestHash *request_hash_arg(FunctionCallInfo fcinfo, int n)
                                length > static_cast<int>(hex_length) ? "..." : ""),
                         errdetail("A request_hash is written as %d hexadecimal digits, not %d.",
                                   static_cast<int>(hex_length), length)));
-    ereport(ERROR,
-            (errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
-             errmsg("invalid input syntax for type %s", "request_hash"),
-             errdetail("A request_hash is written as %d hexadecimal digits. The input, of %d "
-                       "bytes, is not shown: it may be request data.",
-                       static_cast<int>(hex_length), length),
-             errhint("To hash a string instead, give it a type, as in request_hash('...'::text).")));
+    ereport(
+        ERROR,
+        (errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+         errmsg("invalid input syntax for type %s", "request_hash"),
+         errdetail("A request_hash is written as %d hexadecimal digits. The input, of %d "
+                   "bytes, is not shown: it may be request data.",
+                   static_cast<int>(hex_length), length),
+         errhint("To hash a string instead, give it a type, as in request_hash('...'::text).")));
     pg_unreachable();
 }
 
@@ -271,27 +272,81 @@ pg_noinline Datum hash_parts(ArrayType *parts)
     return finish_digest(&stream);
 }
 
+// The short form's bound on magnitude, 1e64 and -1e64 as numerics: made
+// once per backend, in TopMemoryContext, by numeric's input function.
+Datum short_number_above = 0;
+Datum short_number_below = 0;
+
+Datum numeric_from_text(const char *text)
+{
+    return DirectFunctionCall3(numeric_in, CStringGetDatum(text), ObjectIdGetDatum(InvalidOid),
+                               Int32GetDatum(-1));
+}
+
+bool has_short_magnitude(Datum number)
+{
+    if (unlikely(short_number_above == 0))
+    {
+        MemoryContext caller = MemoryContextSwitchTo(TopMemoryContext);
+        Datum above = numeric_from_text(canonical::short_number_bound);
+        short_number_below = DirectFunctionCall1(numeric_uminus, above);
+        short_number_above = above;
+        MemoryContextSwitchTo(caller);
+    }
+    LOCAL_FCINFO(call, 2);
+    InitFunctionCallInfoData(*call, nullptr, 2, InvalidOid, nullptr, nullptr);
+    call->args[0].value = number;
+    call->args[0].isnull = false;
+    call->args[1].value = short_number_above;
+    call->args[1].isnull = false;
+    if (DatumGetInt32(numeric_cmp(call)) >= 0)
+        return false;
+    call->args[1].value = short_number_below;
+    return DatumGetInt32(numeric_cmp(call)) > 0;
+}
+
 // A number in its short or binary form (canonical.hpp), from numeric's own
-// routines: trim_scale, numeric_send, and numeric_out for a short one.  What
-// each allocates is freed at once, so that a document's numbers cost no more
-// memory together than one does.
+// routines.  The common number is decided by routines that allocate
+// nothing: comparisons with +-1e64, then the number's scale.  When it is
+// short with a scale of at most 64 -- so is trim_scale(n)'s, which is never
+// larger -- it is written as 0.4.0 wrote every number, by numeric_normalize
+// (numeric's output without trailing fractional zeros, the text of
+// trim_scale(n)): one allocation, as before.  Any other pays trim_scale
+// first and reads the scale of the result (no min_scale, which would make a
+// second pass over the digits), so that no text is longer than the form's:
+// numeric's output for a short one whose scale only its trailing zeros made
+// long (round(1, 16000)), numeric_send for a long one.  What each allocates
+// is freed at once, so that a document's numbers cost no more memory
+// together than one does.
 void append_jsonb_number(canonical::ByteSink sink, Numeric number)
 {
-    Datum trimmed = DirectFunctionCall1(numeric_trim_scale, NumericGetDatum(number));
-    Datum binary = DirectFunctionCall1(numeric_send, trimmed);
-    const char *binary_bytes = VARDATA(DatumGetPointer(binary));
-    size_t binary_size = VARSIZE(DatumGetPointer(binary)) - VARHDRSZ;
-    if (canonical::number_has_short_form(binary_bytes, binary_size))
+    Datum value = NumericGetDatum(number);
+    bool short_form = has_short_magnitude(value);
+    if (short_form && DatumGetInt32(DirectFunctionCall1(numeric_scale, value)) <=
+                          canonical::max_short_number_scale)
+    {
+        char *text = numeric_normalize(number);
+        canonical::append_jsonb_item(sink, canonical::JsonbItem::number, text, strlen(text));
+        pfree(text);
+        return;
+    }
+    Datum trimmed = DirectFunctionCall1(numeric_trim_scale, value);
+    short_form = short_form && DatumGetInt32(DirectFunctionCall1(numeric_scale, trimmed)) <=
+                                   canonical::max_short_number_scale;
+    if (short_form)
     {
         char *text = DatumGetCString(DirectFunctionCall1(numeric_out, trimmed));
         canonical::append_jsonb_item(sink, canonical::JsonbItem::number, text, strlen(text));
         pfree(text);
     }
     else
-        canonical::append_jsonb_item(sink, canonical::JsonbItem::number_binary, binary_bytes,
-                                     binary_size);
-    pfree(DatumGetPointer(binary));
-    if (DatumGetPointer(trimmed) != DatumGetPointer(NumericGetDatum(number)))
+    {
+        bytea *binary = DatumGetByteaPP(DirectFunctionCall1(numeric_send, trimmed));
+        canonical::append_jsonb_item(sink, canonical::JsonbItem::number_binary, VARDATA_ANY(binary),
+                                     VARSIZE_ANY_EXHDR(binary));
+        pfree(binary);
+    }
+    if (DatumGetPointer(trimmed) != DatumGetPointer(value))
         pfree(DatumGetPointer(trimmed));
 }
 
@@ -487,16 +542,23 @@ static bool is_json_media_type(const text *content_type)
             pg_strncasecmp(subtype + subtype_len - suffix_len, suffix, suffix_len) == 0);
 }
 
-// request_hash_body's JSON rule, its conditions cheapest first: a JSON media
-// type, text in the database's encoding, nested at most 128 deep -- decided
-// by a scan that does not recurse, before any parser that does runs, so that
-// no body fails for its depth -- and one document that jsonb reads (no
-// \u0000, no lone surrogate), asked of PostgreSQL's parser without an error.
+// request_hash_body's JSON rule, its conditions cheapest first: a UTF8
+// database, a JSON media type, valid UTF-8, nested at most 128 deep --
+// decided by a scan that does not recurse, before any parser that does
+// runs, so that no body fails for its depth -- and one document that jsonb
+// reads (no \u0000, no lone surrogate), asked of PostgreSQL's parser without
+// an error.  A JSON body is UTF-8 text (RFC 8259), and jsonb holds text in
+// the database's encoding: in any other encoding, its bytes read as that
+// encoding made distinct bodies one document (LATIN1's reading of UTF-8's
+// "é" is the document with "\u00c3\u00a9"), and the parser refused the
+// \u escapes the encoding cannot hold.  So there every body takes the bytes
+// rule.
 static bool is_json_body(const text *content_type, char *data, int len)
 {
-    return is_json_media_type(content_type) && pg_verifymbstr(data, len, true) &&
+    return GetDatabaseEncoding() == PG_UTF8 && is_json_media_type(content_type) &&
+           pg_verifymbstr(data, len, true) &&
            canonical::json_nesting_depth(data, size_t(len)) <= canonical::max_json_nesting_depth &&
-           compat::is_json_document(data, len, GetDatabaseEncoding());
+           compat::is_json_document(data, len, PG_UTF8);
 }
 
 // request_hash_body(content_type, body): the one rule by which every package

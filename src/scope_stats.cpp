@@ -87,7 +87,7 @@ int64 refresh(bool wait, int min_age_ms)
     // With Citus, the coordinator's refresh reads the keys of every shard (a
     // distributed query); a worker node's would read them all once more, so
     // the background worker refreshes only on the coordinator.
-    bool skip = (!wait && citus::worker_node()) || recently_refreshed(min_age_ms);
+    bool skip = (!wait && citus_placement::worker_node()) || recently_refreshed(min_age_ms);
     if (!skip)
     {
         if (SPI_execute(delete_summary, false, 0) != SPI_OK_DELETE ||

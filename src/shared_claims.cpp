@@ -3,7 +3,7 @@
 // named in its comment.
 #include "shared_claims.hpp"
 #include "boundary.hpp"
-#include "module.hpp"
+#include "settings.hpp"
 #include "stats.hpp"
 #include "unsettled.hpp"
 
@@ -460,10 +460,9 @@ static store::Record own_record(const OwnClaim &claim)
 // (A held record is never asked whether it expired: its holder decides.)
 static store::Record as_held(store::Record version)
 {
-    constexpr store::Column shown[] = {store::col_scope,      store::col_key,
-                                       store::col_request,    store::col_created_at,
-                                       store::col_attempt,    store::col_tenant,
-                                       store::col_claim_data, store::col_shard_key};
+    constexpr store::Column shown[] = {
+        store::col_scope,   store::col_key,    store::col_request,    store::col_created_at,
+        store::col_attempt, store::col_tenant, store::col_claim_data, store::col_shard_key};
     store::Record held = version;
     for (int column = 0; column < store::column_count; column++)
         held.set_null(store::Column(column));

@@ -106,8 +106,8 @@ static Oid lock_heap(LOCKMODE lockmode, bool skip_if_busy)
 {
     ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                     errmsg("table \"idempotency.keys\" %s", problem),
-                    errdetail("The extension's storage was changed by hand."), errhint("%s", repair),
-                    errhidestmt(true)));
+                    errdetail("The extension's storage was changed by hand."),
+                    errhint("%s", repair), errhidestmt(true)));
 }
 
 // Opens and locks the primary key.  Its OID comes from the table's relcache
@@ -136,18 +136,28 @@ static Relation open_primary_key(Relation heap, LOCKMODE lockmode)
 }
 
 // The columns' names, in Column order.
-constexpr const char *column_names[column_count] = {
-    "scope",           "key",
-    "request",         "created_at",
-    "ttl",             "expires_at",
-    "status",          "attempt",
-    "lease_expires_at", "completed_at",
-    "response_status", "recovery_point",
-    "response_body",   "response_headers",
-    "tenant",          "lease",
-    "response_body_bytes", "response_body_omitted",
-    "claim_data",      "sweep_at",
-    "shard_key",       "digest"};
+constexpr const char *column_names[column_count] = {"scope",
+                                                    "key",
+                                                    "request",
+                                                    "created_at",
+                                                    "ttl",
+                                                    "expires_at",
+                                                    "status",
+                                                    "attempt",
+                                                    "lease_expires_at",
+                                                    "completed_at",
+                                                    "response_status",
+                                                    "recovery_point",
+                                                    "response_body",
+                                                    "response_headers",
+                                                    "tenant",
+                                                    "lease",
+                                                    "response_body_bytes",
+                                                    "response_body_omitted",
+                                                    "claim_data",
+                                                    "sweep_at",
+                                                    "shard_key",
+                                                    "digest"};
 
 // Finds the columns of storage->heap by name.  A table as the install and
 // update scripts make it has them in order, which one pass over its
@@ -182,11 +192,10 @@ static void map_columns(Storage *storage)
         while (column < column_count && strcmp(NameStr(attribute->attname), column_names[column]))
             column++;
         if (column == column_count)
-            report_changed_storage(
-                psprintf("has a column \"%s\" that the extension does not write",
-                         NameStr(attribute->attname)),
-                psprintf("Drop it: ALTER TABLE idempotency.keys DROP COLUMN %s.",
-                         quote_identifier(NameStr(attribute->attname))));
+            report_changed_storage(psprintf("has a column \"%s\" that the extension does not write",
+                                            NameStr(attribute->attname)),
+                                   psprintf("Drop it: ALTER TABLE idempotency.keys DROP COLUMN %s.",
+                                            quote_identifier(NameStr(attribute->attname))));
         storage->attnums[column] = attribute->attnum;
     }
     int columns = 0;
@@ -342,7 +351,7 @@ static bool open_storage(Storage *storage, LOCKMODE lockmode, bool skip_if_busy,
     // writes.  Left as is otherwise -- then a write asks Citus for two-phase
     // commit.  See citus_placement.hpp.
     if (scope != (Datum)0)
-        heap_oid = citus::relation_for_scope(heap_oid, scope, lockmode, elsewhere_ok);
+        heap_oid = citus_placement::relation_for_scope(heap_oid, scope, lockmode, elsewhere_ok);
     if (!OidIsValid(heap_oid))
     {
         storage->heap = nullptr;
@@ -381,18 +390,18 @@ Oid keys_table()
 
 bool keys_in_shards()
 {
-    if (!citus::loaded())
+    if (!citus_placement::loaded())
         return false;
     Oid heap = keys_table();
-    return OidIsValid(heap) && citus::distributes(heap);
+    return OidIsValid(heap) && citus_placement::distributes(heap);
 }
 
 Datum tenant_scope(Datum scope)
 {
-    if (!citus::loaded())
+    if (!citus_placement::loaded())
         return scope;
     Oid heap = keys_table();
-    return OidIsValid(heap) ? citus::tenant_scope(heap, scope) : scope;
+    return OidIsValid(heap) ? citus_placement::tenant_scope(heap, scope) : scope;
 }
 
 Key stored_key(const Storage &storage, const Key &key)
@@ -940,7 +949,7 @@ static void set_shard_key(const Storage &storage, Record &record)
     if (type == TEXTOID)
         record.set_null(col_shard_key);
     else
-        record.set(col_shard_key, citus::scope_as(type, record.values[col_scope]));
+        record.set(col_shard_key, citus_placement::scope_as(type, record.values[col_scope]));
 }
 
 // digest: the key's digest for this database (key_digest.hpp), made with
@@ -1158,8 +1167,7 @@ static void decode_expiry_fields(const Storage &storage, TupleTableSlot *slot, R
 {
     constexpr Column fields[] = {col_expires_at, col_status, col_lease_expires_at};
     for (Column column : fields)
-        record.values[column] =
-            slot_getattr(slot, storage.attnum(column), &record.nulls[column]);
+        record.values[column] = slot_getattr(slot, storage.attnum(column), &record.nulls[column]);
     if (storage.has(col_tenant))
         record.values[col_tenant] =
             slot_getattr(slot, storage.attnum(col_tenant), &record.nulls[col_tenant]);
@@ -1181,7 +1189,6 @@ struct Sweep
 
     bool has_room() const { return max_rows < 0 || deleted < max_rows; }
 };
-
 
 // From 0.5.0 on, whether the record belongs to a role that no longer
 // exists (see delete_orphaned): the primary key no longer starts with the
@@ -1319,8 +1326,8 @@ static Oid next_tenant(Sweep &sweep, Oid after)
     Oid tenant = InvalidOid;
     bool isnull;
     if (index_getnext_slot(scan, ForwardScanDirection, sweep.slot))
-        tenant = DatumGetObjectId(
-            slot_getattr(sweep.slot, sweep.storage.attnum(col_tenant), &isnull));
+        tenant =
+            DatumGetObjectId(slot_getattr(sweep.slot, sweep.storage.attnum(col_tenant), &isnull));
     index_endscan(scan);
     return tenant;
 }
@@ -1401,13 +1408,12 @@ bool expire_here(TimestampTz now, int64 max_rows, Pace pace, bool skip_if_busy, 
     }
     // With Citus, the table is an empty shell and the keys are in its shards.
     ListCell *cell;
-    foreach (cell, citus::local_shards(table, RowExclusiveLock, skip_if_busy))
+    foreach (cell, citus_placement::local_shards(table, RowExclusiveLock, skip_if_busy))
     {
         if (max_rows >= 0 && *deleted >= max_rows)
             break;
         open_locked(&storage, lfirst_oid(cell), RowExclusiveLock);
-        *deleted +=
-            expire(storage, now, max_rows < 0 ? -1 : max_rows - *deleted, pace, expired);
+        *deleted += expire(storage, now, max_rows < 0 ? -1 : max_rows - *deleted, pace, expired);
         close(storage);
     }
     return true;

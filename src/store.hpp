@@ -101,9 +101,11 @@ enum Column
     col_claim_data,            // what the holder of a claim said about it
     col_sweep_at,              // unused since 0.3.0: NULL (see store_values)
     // 0.3.0
-    col_shard_key, // text and NULL, or the scope as the Citus tenant column's type (citus_placement.hpp)
+    col_shard_key, // text and NULL, or the scope as the Citus tenant column's type
+                   // (citus_placement.hpp)
     // 0.5.0
-    col_digest, // uuid: the key digest (key_digest.hpp), the primary key (with the shard key on Citus)
+    col_digest, // uuid: the key digest (key_digest.hpp), the primary key (with the shard key on
+                // Citus)
     column_count
 };
 // The columns of a table still at 0.1.0: the library of a newer version runs
@@ -132,10 +134,10 @@ struct Storage
     Relation heap;
     Relation pkey;
     LOCKMODE lockmode;
-    int columns;          // column_count, or columns_0_4_0, _0_2_0 or _0_1_0 before the update
-    bool in_order;        // attribute n is column n - 1, and there are no others
+    int columns;   // column_count, or columns_0_4_0, _0_2_0 or _0_1_0 before the update
+    bool in_order; // attribute n is column n - 1, and there are no others
     AttrNumber attnums[column_count]; // each column's attribute number, while has() it
-    WriteContext *writes; // set up by the first write, finished by close()
+    WriteContext *writes;             // set up by the first write, finished by close()
 
     bool has(Column column) const { return column < columns; }
     AttrNumber attnum(Column column) const { return attnums[column]; }
@@ -207,7 +209,7 @@ struct Record
 // table, opens instead its shard that holds `scope` (citus_placement.hpp).
 Storage open(LOCKMODE lockmode, Datum scope);
 // open() for a call that can be forwarded: false, with `storage` not opened,
-// when Citus places the scope's keys on another node (citus::forward_call
+// when Citus places the scope's keys on another node (citus_routing::forward_call
 // runs the call there).
 bool open_here(LOCKMODE lockmode, Datum scope, Storage *storage);
 
@@ -222,7 +224,7 @@ void close(Storage &storage);
 
 // The scope as the keys store it: with Citus distributing them by a typed
 // tenant, the tenant's value as its type prints it, so that every spelling
-// of one tenant names one key (citus::tenant_scope); otherwise as given.
+// of one tenant names one key (citus_placement::tenant_scope); otherwise as given.
 Datum tenant_scope(Datum scope);
 
 // The key as this table stores it.  A table still at 0.1.0 has no tenant

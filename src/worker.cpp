@@ -17,7 +17,7 @@
 #include "boundary.hpp"
 #include "claims.hpp"
 #include "compat.hpp"
-#include "module.hpp"
+#include "settings.hpp"
 #include "scope_stats.hpp"
 #include "stats.hpp"
 #include "store.hpp"

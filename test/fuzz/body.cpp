@@ -1,15 +1,11 @@
-// libFuzzer harness for request_hash_body's bytes rule and for the test
-// that picks a number's form, both in canonical.cpp.
+// libFuzzer harness for request_hash_body's bytes rule (canonical.cpp).
 //
 // Properties, for any input:
 //  * the bytes rule's encoding of a body decodes back to exactly that body
 //    (so no two bodies encode, and hash, alike); it is the body itself unless
 //    the body starts with the reserved prefix; and it never starts with the
 //    name of the jsonb format, so that no body is ever hashed like a
-//    document (every document's encoding starts with that name);
-//  * number_has_short_form reads only the 8-byte header of numeric's binary
-//    form: weight (bytes 2-3) at most 15 and dscale (bytes 6-7) at most 64,
-//    both big-endian int16, and false for anything shorter.
+//    document (every document's encoding starts with that name).
 #include <cstring>
 #include <string>
 
@@ -57,25 +53,11 @@ void check_bytes_rule(const std::string &body)
                   "no body encodes like a document");
 }
 
-int16_t int16_at(const std::string &bytes, size_t offset)
-{
-    return static_cast<int16_t>(static_cast<uint8_t>(bytes[offset]) << 8 |
-                                static_cast<uint8_t>(bytes[offset + 1]));
-}
-
-void check_number_form(const std::string &binary)
-{
-    bool expected = binary.size() >= 8 && int16_at(binary, 2) <= 15 && int16_at(binary, 6) <= 64;
-    fuzz::require(canonical::number_has_short_form(binary.data(), binary.size()) == expected,
-                  "the short form is weight <= 15 and dscale <= 64");
-}
-
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     std::string input(reinterpret_cast<const char *>(data), size);
     check_bytes_rule(input);
-    check_number_form(input);
     return 0;
 }

@@ -19,6 +19,7 @@ use FindBin;
 use lib $FindBin::RealBin;
 use IdempotencyTest;
 use IPC::Run;
+use Time::HiRes ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -500,6 +501,151 @@ query(q{CREATE FUNCTION place_order(request jsonb) RETURNS void LANGUAGE plpgsql
 		'a wait ended by pg_terminate_backend');
 }
 
+# The detail of PostgreSQL's own errors: jsonb's input function quotes what
+# it rejects (`Expected "," or "}", but found ""..."".`, `Token ""..." is
+# invalid.` -- a whole string token; a bare word is cut at its first "-"),
+# for a body spelled into the statement and for one bound as a parameter
+# alike, cast in the statement or inside a call.  The client gets
+# the detail; the log shows a fixed sentence instead.  The extension's own
+# messages keep their details in the log (they never show request data).
+my $detail_control = "$marker-detail";
+{
+	my $offset = -s $node->logfile;
+	my ($state, $stderr) = sql_error($node, $db,
+		qq{SELECT request_hash('{"card": "4111111111111111" "$marker": "123"}'::jsonb)});
+	is($state, '22P02', 'a body missing a comma, cast in the statement: 22P02');
+	like($stderr, qr/but found "\Q"$marker"\E"/, '... the client gets the detail');
+	($state, $stderr) = sql_error($node, $db, qq(SELECT request_hash('{"card": "$marker'::jsonb)));
+	is($state, '22P02', 'a body with an unterminated string, cast in the statement: 22P02');
+	like($stderr, qr/Token "\Q"$marker\E" is invalid/, '... the client gets the detail');
+	($state) = sql_error($node, $db,
+		qq{SELECT idempotency_begin('s', 'json-detail', request_hash_jsonb('{"card": "1" "$marker"}'::text))});
+	is($state, '22P02', 'a body that is not JSON, read inside request_hash_jsonb: 22P02');
+	logged_without_marker($offset,
+		qr/(?:DETAIL:  The detail is not logged: it may contain request data .*){3}/s,
+		'the detail of jsonb\'s error on a body in the statement');
+
+	# The extension's own detail, and an unrelated statement's (a control).
+	$offset = -s $node->logfile;
+	($state) = sql_error($node, $db, q{SELECT request_hash('zz')});
+	is($state, '42P18', "the extension's own error, with a detail");
+	my $written = slurp_file($node->logfile, $offset);
+	like($written, qr/DETAIL:  An argument of unknown type is read as a digest/,
+		"the extension's own detail is logged");
+	($state) = sql_error($node, $db, qq{SELECT '{"card": "1" "$detail_control"}'::jsonb});
+	is($state, '22P02', 'a statement failing outside the extension with a detail');
+
+	# Bound parameters (pgbench -M extended binds its variables): cast in
+	# the statement, and read inside a call.
+	$offset = -s $node->logfile;
+	for my $statement ('SELECT request_hash(:body::jsonb)',
+		q{SELECT idempotency_begin('s', 'bound-json', request_hash_jsonb(:body::text))})
+	{
+		my $script = $node->basedir . '/bound_json.sql';
+		open my $out, '>', $script or die "$script: $!";
+		print $out "$statement;\n";
+		close $out;
+		my ($stdout, $stderr) = ('', '');
+		IPC::Run::run(
+			[
+				'pgbench', '-n', '-t', 1, '-M', 'extended', '-f', $script,
+				'-D', qq{body={"card": "1" "$marker"}},
+				'-h', $node->host, '-p', $node->port, $db
+			],
+			'>', \$stdout, '2>', \$stderr);
+		like($stderr, qr/invalid input syntax for type json/, "$statement, the body bound: 22P02")
+		  or diag $stderr;
+	}
+	logged_without_marker($offset,
+		qr/(?:DETAIL:  The detail is not logged: it may contain request data .*){2}/s,
+		'the detail of jsonb\'s error on a bound body');
+}
+
+# A parallel worker runs part of a statement that called the extension in
+# the leader: here an application's function, whose EXECUTEd query spells
+# the body in and fails in the workers only (parallel_leader_participation
+# off).  Each worker's ERROR, and the FATAL of a worker stopped by the
+# leader's error, is logged by the worker with the leader's text as its
+# statement; the leader raises the workers' error again and logs it too.
+{
+	query(q{
+		CREATE TABLE big AS SELECT x, 'n' || x AS note FROM generate_series(1, 200000) AS x;
+		ANALYZE big;
+		CREATE FUNCTION create_order_parallel(b text) RETURNS bigint LANGUAGE plpgsql AS $$
+		DECLARE n bigint;
+		BEGIN
+			PERFORM idempotency_begin('s', md5(b), request_hash(b::jsonb));
+			EXECUTE format('SELECT count(*) FROM big WHERE note <> %L AND 1 / (x - 1000) > 0', b)
+			   INTO n;
+			RETURN n;
+		END $$});
+	my $offset = -s $node->logfile;
+	my ($state, $stderr) = sql_error($node, $db,
+		qq{SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0;
+		   SET min_parallel_table_scan_size = 0; SET parallel_leader_participation = off;
+		   SELECT create_order_parallel('{"card": "$marker-parallel"}')});
+	is($state, '22012', 'a query of a function that called the extension, failing in parallel workers');
+	like($stderr, qr/CONTEXT:  parallel worker/, '... raised in a parallel worker');
+	my $written = slurp_file($node->logfile, $offset);
+	my $errors = () = $written =~ /ERROR:  division by zero/g;
+	cmp_ok($errors, '>=', 2, 'the worker and the leader log the error');
+	logged_without_marker($offset, qr/division by zero/, 'an error in parallel workers');
+}
+
+# The gate reads a statement's text in time linear in its length, inside
+# error reporting where a cancel cannot reach it: a 1 MB statement of
+# EXECUTE words in nested comments (the name after each word lies past the
+# comments that follow it) or in line comments took 0.5.0 before this check
+# 12 s for 560 kB, quadratic in the text, holding the backend's locks.  Each
+# statement must fail with its 22012 within a small multiple of the time the
+# same statement takes without the error (when the gate does not run), on
+# a loaded machine: the best of a few tries.
+{
+	my %shapes = (
+		'nested comments' => sub {
+			my ($op) = @_;
+			my $n = int(2**20 / length('execute /*  */'));
+			return "SELECT 1 / $op /* " . ('execute /* ' x $n) . ' */' . (' */' x $n) . ";\n";
+		},
+		'line comments' => sub {
+			my ($op) = @_;
+			my $n = int(2**20 / length('-- execute '));
+			return "SELECT 1 / $op " . ('-- execute ' x $n) . "\n;\n";
+		});
+	for my $shape (sort keys %shapes)
+	{
+		my %file;
+		for my $op (0, 1)
+		{
+			my $text = $shapes{$shape}->($op);
+			$file{$op} = $node->basedir . "/long_$op.sql";
+			open my $out, '>', $file{$op} or die "$file{$op}: $!";
+			print $out $text;
+			close $out;
+		}
+		my $run = sub {
+			my ($op) = @_;
+			my ($stdout, $stderr) = ('', '');
+			my $started = Time::HiRes::time();
+			IPC::Run::run(
+				[ 'psql', '-X', '-q', '-h', $node->host, '-p', $node->port, '-d', $db, '-f', $file{$op} ],
+				'>', \$stdout, '2>', \$stderr);
+			return (Time::HiRes::time() - $started, $stderr);
+		};
+		my ($failing, $passing, $stderr, $fast);
+		for my $try (1 .. 3)
+		{
+			($passing) = $run->(1);
+			($failing, $stderr) = $run->(0);
+			$fast = $failing <= 5 * $passing + 1;
+			last if $fast;
+		}
+		like($stderr, qr/division by zero/, "a 1 MB statement of EXECUTE words in $shape: 22012");
+		ok($fast, "... within 5 times (+ 1 s) the time it takes without the error")
+		  or diag(sprintf('%.2f s failing, %.2f s without the error', $failing, $passing));
+	}
+}
+
 # Unrelated statements keep their STATEMENT lines: in a session that has
 # just called the extension, and an EXECUTE of a prepared statement that
 # calls nothing of it (both checked below, with the log).
@@ -535,7 +681,9 @@ like($log, qr/STATEMENT:  SELECT 1 \/ 0, '\Q$after_call_control\E'/,
 	'the statement of an error right after a call, in the same session, is logged');
 like($log, qr/STATEMENT:  EXECUTE plain\('\Q$prepared_control\E'\)/,
 	'the EXECUTE of a prepared statement that calls nothing of the extension is logged');
-$log =~ s/\Q$_\E//g for ($after_call_control, $prepared_control);
+like($log, qr/DETAIL:  Expected "," or "}", but found "\Q"$detail_control"\E"/,
+	'the detail of an error outside the extension is logged, marker and all');
+$log =~ s/\Q$_\E//g for ($after_call_control, $prepared_control, $detail_control);
 $log =~ s/\Q$execute_control\E//g;
 $log =~ s/\Q$statement_control\E//g;
 $log =~ s/\Q$control\E//g;

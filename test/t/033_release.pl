@@ -68,6 +68,24 @@ like($output, qr/^ok\s+middleware\/python\/pyproject\.toml/m, 'that file agrees,
 ok(!$ok && $output =~ /usage: make release VERSION=X\.Y\.Z/, 'make release needs VERSION')
   or diag($output);
 
+# The Python package's own version string, and the one its conformance
+# setup checks after installing it, are version strings of the release too.
+for my $file ('middleware/python/pg_idempotency/__init__.py', 'middleware/python/conformance/run')
+{
+	my $path = "$copy/$file";
+	my $text = slurp_text($path);
+	$text =~ s/"\Q$version\E"/"9.9.9"/ or die "no version in $path";
+	open my $out, '>', $path or die "$path: $!";
+	print $out $text;
+	close $out;
+}
+($ok, $output) = run_in($copy, 'tools/versions', '9.9.9');
+ok(!$ok, 'tools/versions 9.9.9 fails in the copy');
+like($output, qr{^ok\s+\Qmiddleware/python/pg_idempotency/__init__.py\E\s.*9\.9\.9$}m,
+	"it reads the Python package's __version__");
+like($output, qr{^ok\s+\Qmiddleware/python/conformance/run\E\s.*9\.9\.9$}m,
+	'and the version its conformance setup expects');
+
 # ------------------------------------------------------------ the PGXN archive
 
 SKIP:

@@ -69,7 +69,7 @@ for my $document (@documents, sort glob('middleware/*/README.md'))
 	}
 }
 ok($examples >= 8, 'the READMEs show the middleware examples');
-my %tested_elsewhere = ('citus_handler.sql' => 'test/t/060_citus.pl',
+my %tested_elsewhere = ('citus_handler.sql' => 'test/t/CitusTest.pm',
 	'key_digest.sql' => 'test/t/025_update_digest.pl');
 my @run_here = qw(intro.sql create_extension.sql setup.sql orders.sql handler.sql replay.sql
   place_order.sql grants.sql tenant_roles.sql cron.sql);

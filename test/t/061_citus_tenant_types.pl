@@ -29,7 +29,7 @@ use Test::More;
 
 plan skip_all => citus_missing() if citus_missing();
 # From PostgreSQL 16, Citus refuses keys on the coordinator and forwarded
-# calls (doc/citus.md, Limits; t/060 checks the refusals): the keys stored
+# calls (doc/citus.md, Limits; t/065 and t/066 check the refusals): the keys stored
 # before the distribution are inserted as a restored dump would store them,
 # and the forwarded cases are left out.
 my $without_exports = citus_without_exports();

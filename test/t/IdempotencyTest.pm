@@ -82,7 +82,7 @@ sub citus_missing
 # keys on the coordinator (its request for two-phase commit) and calls
 # forwarded to another node (its execution state) need.  Distributed keys
 # and the calls Citus delegates need none of them (doc/citus.md, Limits);
-# t/060 checks both there.
+# t/064 to t/068 check both there.
 sub citus_without_exports
 {
 	my ($major) = `pg_config --version` =~ /^PostgreSQL (\d+)/;

@@ -1,4 +1,5 @@
-// Settings (GUCs) of the extension; defined and registered in module.cpp.
+// Settings (GUCs) of the extension; defined and registered in settings.cpp, at the
+// bottom of the layers: every layer reads them, and they call nothing above.
 #pragma once
 
 namespace idempotency::settings
@@ -29,5 +30,8 @@ extern int expire_batch_size;    // idempotency.expire_batch_size
 extern int summary_interval_ms;  // idempotency.scope_stats_interval (0: not by the worker)
 extern int max_deferred_claims;  // idempotency.max_deferred_claims (slots; 0: none)
 extern bool defer_claims;        // idempotency.defer_claims
+
+// Defines every setting and reserves the prefix "idempotency.": in _PG_init.
+void define();
 
 } // namespace idempotency::settings
