@@ -18,6 +18,7 @@ const {
   ANSWERS, SPLIT_DRIVERS, SQLSTATE_ANSWERS, DEFAULTS: SHARED, DEPRECATED, CONSTANTS,
   ROUTE_RULES, SQL, REPRESENTATION_HEADERS,
 } = require('./protocol');
+const telemetry = require('./telemetry');
 
 // Stored whatever storedHeaders names: the coding of the stored body and what it varies by.
 const REPRESENTATION = REPRESENTATION_HEADERS.map((h) => h.toLowerCase());
@@ -117,7 +118,9 @@ function problemFor(error) {
 
 // Calls options.onOutcome(outcome, native), once per protected request, before its answer
 // is sent; what it throws (or its promise rejects with) goes to `log`, never to the client.
+// The request's span (telemetry.js) ends with it.
 function notifyOutcome(options, native, outcome, log) {
+  telemetry.finish(native, outcome);
   if (!options.onOutcome) return;
   try {
     const result = options.onOutcome(outcome, native);
@@ -307,13 +310,16 @@ function readStream(stream, cap) {
 // The lifecycle of one request, for the adapters: start() claims (or answers), finish()
 // stores the handler's response and commits (or rolls back), abort() rolls back.
 // `request` is {method, route, path, query, body, key, contentType, scope}; `report(error)`
-// logs an error that the client is answered 500 for without it.
+// logs an error that the client is answered 500 for without it; `native`, the framework's
+// request, is what its span (telemetry.js) is kept by.
 class Course {
-  constructor(pool, request, options, report) {
+  constructor(pool, request, options, report, native) {
     this.pool = pool;
     this.request = request;
     this.options = options;
     this.report = report;
+    this.native = native;
+    telemetry.annotate(native, { scope: request.key == null ? null : request.scope, key: request.key });
     this.client = null;
     this.maxResponseBytes = null; // the server's limit, once claimed
   }
@@ -331,8 +337,11 @@ class Course {
       await this.client.query('BEGIN');
       if (this.unprotected) return null;
       const lease = this.options.lease;
+      const started = process.hrtime.bigint();
       const row = await begin(this.client, this.request, this.options, lease);
+      telemetry.recordBegin(Number(process.hrtime.bigint() - started) / 1e9);
       if (row.outcome === 'claimed') {
+        telemetry.annotate(this.native, { attempt: row.attempt });
         this.attempt = row.attempt;
         this.recoveryPoint = row.recovery_point;
         this.maxResponseBytes = bytesOf(row.max_response_bytes);
@@ -487,5 +496,5 @@ function splitUrl(url) {
 
 module.exports = {
   MAX_REQUEST_BYTES, Course, settings, renamed, problem, answers, keyOf, utf8Text, canonicalRoute, scopeOf, isJsonType,
-  splitUrl, readStream, notifyOutcome,
+  splitUrl, readStream, notifyOutcome, telemetry,
 };

@@ -11,7 +11,7 @@
 // written at once or in pieces, is held until it is stored and committed.
 const {
   MAX_REQUEST_BYTES, Course, settings, answers, keyOf, canonicalRoute, scopeOf, isJsonType, splitUrl, readStream,
-  notifyOutcome,
+  notifyOutcome, telemetry,
 } = require('./core');
 
 const readBefore = () => answers.readBefore(
@@ -31,6 +31,7 @@ function idempotency(pool, options = {}) {
 }
 
 async function protect(pool, config, req, res, next) {
+  telemetry.startSpan(req, routeOf(req));
   const { key, refusal } = keyOf(req.headers[config.header], config);
   if (refusal) return deliver(config, req, res, refusal);
   const read = await requestBody(req, config.maxRequestBytes ?? MAX_REQUEST_BYTES);
@@ -60,7 +61,7 @@ async function protect(pool, config, req, res, next) {
   }
   const course = new Course(pool, {
     method: req.method, route, ...splitUrl(req.originalUrl), body: read.body, key, contentType, scope,
-  }, config, (error) => report(req, error));
+  }, config, (error) => report(req, error), req);
   const answer = await course.start();
   if (answer) return deliver(config, req, res, answer);
   req.idempotency = course.context();

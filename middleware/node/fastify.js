@@ -13,7 +13,7 @@
 const { Readable } = require('node:stream');
 const {
   MAX_REQUEST_BYTES, Course, settings, renamed, answers, keyOf, canonicalRoute, scopeOf, splitUrl, readStream,
-  notifyOutcome,
+  notifyOutcome, telemetry,
 } = require('./core');
 
 const kState = Symbol('pg-idempotency'); // per request: {config, key, body, course}
@@ -40,6 +40,7 @@ async function fastifyIdempotency(fastify, options = {}) {
   fastify.addHook('preParsing', async (request, reply, payload) => {
     const config = configOf(request);
     if (!config || !config.methods.includes(request.method) || request[kState]) return payload;
+    telemetry.startSpan(request, canonicalRoute('colon', request.routeOptions.url));
     const { key, refusal } = keyOf(request.headers[config.header], config);
     if (refusal) return answer(request, reply, config, refusal);
     const limit = config.maxRequestBytes ?? request.routeOptions.bodyLimit ?? MAX_REQUEST_BYTES;
@@ -69,7 +70,7 @@ async function fastifyIdempotency(fastify, options = {}) {
     const course = new Course(pool, {
       method: request.method, route, ...splitUrl(request.url), body, key,
       contentType: request.headers['content-type'] || '', scope,
-    }, config, (error) => request.log.error({ err: error }, 'pg-idempotency: a database call failed'));
+    }, config, (error) => request.log.error({ err: error }, 'pg-idempotency: a database call failed'), request);
     const refused = await course.start();
     if (refused) return answer(request, reply, config, refused);
     state.course = course;
