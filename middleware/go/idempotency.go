@@ -66,9 +66,12 @@ type Options struct {
 	Scope func(*http.Request) (string, error)
 	// Route names the route a request was routed to, a part of its fingerprint (and of
 	// its scope with ScopePerRoute), as a pattern that the package puts in its canonical
-	// form (middleware/README.md: "{id}" for "{id:[0-9]+}", "*" for "{rest...}"), the same
-	// in every package. Default: the ServeMux pattern that matched it, less its method (Go
-	// 1.23 and later, where http.Request has Pattern), else the path. With chi:
+	// form (middleware/README.md: "{id}" for "{id:[0-9]+}" or ":id", "*" for "{rest...}"
+	// or "*rest"), the same in every package: a pattern in the brace syntax (ServeMux,
+	// chi, gorilla/mux) or, when a segment starts with ":" or "*" and a name, in the
+	// colon syntax (gin, echo). Default: the pattern an adapter recorded with WithRoute,
+	// else the ServeMux pattern that matched it, less its method (Go 1.23 and later, where
+	// http.Request has Pattern), else the path. With chi:
 	// chi.RouteContext(r.Context()).RoutePattern(); with gorilla/mux:
 	// mux.CurrentRoute(r).GetPathTemplate().
 	Route func(*http.Request) string
@@ -83,6 +86,12 @@ type Options struct {
 	// which commits; its response is stored in a transaction of its own, fenced by the
 	// attempt, and a handler whose lease ended and was taken over gets 409.
 	Lease time.Duration
+	// OnOutcome is called once per protected request (of Methods), before its answer is
+	// sent, with what it came to: one of "claimed", "replayed", "in_flight", "mismatch",
+	// "conflict", "too_large", "refused", "unprotected", "error" (middleware/README.md,
+	// "Observability"), and the request. It is the place for a counter or a span's
+	// attribute; it must not block. Its panic is logged to ErrorLog, never answered.
+	OnOutcome func(outcome string, r *http.Request)
 	// ErrorLog receives what is answered 500 for a reason the client cannot see: a
 	// database error, a failing hook, a handler's panic. Default: the log package's
 	// standard logger.
@@ -102,7 +111,7 @@ func (o Options) withDefaults() Options {
 		o.Route = defaultRoute
 	} else {
 		hook := o.Route
-		o.Route = func(r *http.Request) string { return canonicalRoute("brace", hook(r)) }
+		o.Route = func(r *http.Request) string { return canonicalPattern(hook(r)) }
 	}
 	if o.Methods == nil {
 		o.Methods = defaultMethods
@@ -116,9 +125,13 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// defaultRoute is the ServeMux pattern without its method, in its canonical form, where
-// the Go release records it (muxPattern), else the path as sent.
+// defaultRoute is the pattern an adapter recorded (WithRoute), else the ServeMux pattern
+// without its method, in its canonical form, where the Go release records it
+// (muxPattern), else the path as sent.
 func defaultRoute(r *http.Request) string {
+	if pattern, ok := r.Context().Value(routeKey{}).(string); ok && pattern != "" {
+		return canonicalPattern(pattern)
+	}
 	if pattern := muxPattern(r); pattern != "" {
 		if space := strings.IndexAny(pattern, " \t"); space >= 0 {
 			pattern = strings.TrimLeft(pattern[space:], " \t")
@@ -146,6 +159,18 @@ func canonicalRoute(syntax, pattern string) string {
 		pattern = rule.ReplaceAllString(pattern, routeRules[syntax][i][1])
 	}
 	return pattern
+}
+
+// colonSyntax finds a parameter of the colon syntax (gin's and echo's ":id", "*rest"): a
+// segment that starts with ":" or "*" and a name, which no brace pattern has.
+var colonSyntax = regexp.MustCompile(`(?:^|/)[:*]\w`)
+
+// canonicalPattern is the canonical form of a pattern in the brace or the colon syntax.
+func canonicalPattern(pattern string) string {
+	if colonSyntax.MatchString(pattern) {
+		return canonicalRoute("colon", pattern)
+	}
+	return canonicalRoute("brace", pattern)
 }
 
 // latin1 is a header's or a query string's bytes a character each (ISO-8859-1), as the
@@ -182,11 +207,26 @@ type middleware struct {
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, method := range m.options.Methods {
 		if r.Method == method {
-			m.answer(r).send(w)
+			reply := m.answer(r)
+			m.outcome(reply.outcome, r)
+			reply.send(w)
 			return
 		}
 	}
 	m.next.ServeHTTP(w, r)
+}
+
+// outcome calls the OnOutcome hook, whose panic is logged, not answered.
+func (m *middleware) outcome(outcome string, r *http.Request) {
+	if m.options.OnOutcome == nil {
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			m.options.ErrorLog.Printf("idempotency: the OnOutcome hook panicked: %v", p)
+		}
+	}()
+	m.options.OnOutcome(outcome, r)
 }
 
 // answer is the whole course of a protected request, up to what to send.
@@ -336,13 +376,23 @@ func (m *middleware) unclaimed(b *begun) *response {
 // run runs the handler in the claim's transaction and stores its response, or gives the
 // claim up when it fails or answers a server error. maxResponseBytes -1: no limit.
 func (m *middleware) run(r *http.Request, c *Claim, maxResponseBytes int64) *response {
+	ran := outcomeClaimed // the handler ran: its answer, a failure's too, is the claim's
+	if c.key == "" {
+		ran = outcomeUnprotected
+	}
 	w := newRecorder(maxResponseBytes)
 	if panicked, value := m.serve(w, r.WithContext(context.WithValue(r.Context(), claimKey{}, c))); panicked {
 		c.abandon(m.options.ErrorLog)
-		return m.panicked(value)
+		failed := m.panicked(value)
+		failed.outcome = ran
+		return failed
 	}
 	answer := w.result()
+	answer.outcome = ran
 	switch {
+	case !w.written:
+		c.abandon(m.options.ErrorLog)
+		return m.wroteNothing()
 	case w.overflow:
 		c.abandon(m.options.ErrorLog)
 		return m.responseTooLarge(maxResponseBytes)
@@ -395,6 +445,16 @@ func (m *middleware) serve(w *recorder, r *http.Request) (panicked bool, value i
 	}()
 	m.next.ServeHTTP(w, r)
 	return false, nil
+}
+
+// wroteNothing answers a handler that neither wrote nor set a status through the
+// middleware's writer. Stored, it would replay an empty 200 to every retry: the handler
+// wrote to another writer (a gin or echo handler behind an adapter that did not hand it
+// the middleware's, README.md "gin and echo"), or wrote nothing at all.
+func (m *middleware) wroteNothing() *response {
+	m.options.ErrorLog.Print("idempotency: the handler wrote nothing through the middleware's ResponseWriter, " +
+		"so nothing was stored and its work was rolled back; with gin or echo, use the adapter in the package's README")
+	return answer(answerInternalError, nil)
 }
 
 func (m *middleware) panicked(value interface{}) *response {

@@ -254,3 +254,95 @@ func TestLatin1(t *testing.T) {
 		}
 	}
 }
+
+// A Route hook's pattern, or an adapter's (WithRoute), in gin's and echo's colon syntax or
+// the brace syntax, is put in its canonical form.
+func TestRoutePatternSyntaxes(t *testing.T) {
+	for pattern, canonical := range map[string]string{
+		"/orders/:id": "/orders/{id}", "/files/*rest": "/files/*", "/orders/:id/items/:item": "/orders/{id}/items/{item}",
+		"/orders/{id:[0-9]+}": "/orders/{id}", "/orders/{id}": "/orders/{id}", "/orders": "/orders", "/files/*": "/files/*",
+	} {
+		if got := canonicalPattern(pattern); got != canonical {
+			t.Errorf("%s: %s, want %s", pattern, got, canonical)
+		}
+		r := WithRoute(httptest.NewRequest("POST", "/x", nil), pattern)
+		if got := (Options{}).withDefaults().Route(r); got != canonical {
+			t.Errorf("WithRoute(%s): the route is %s, want %s", pattern, got, canonical)
+		}
+	}
+}
+
+// A GinWriter writes through the middleware's writer as gin's own writer would: the
+// status when the body starts (or WriteHeaderNow), and its accounts.
+func TestGinWriter(t *testing.T) {
+	w := newRecorder(-1)
+	g := NewGinWriter(w, httptest.NewRecorder())
+	if g.Written() || g.Size() != -1 || g.Status() != 200 {
+		t.Fatalf("a new writer: written %v, size %d, status %d", g.Written(), g.Size(), g.Status())
+	}
+	g.WriteHeader(201)
+	g.WriteHeader(202) // gin's: the last before the body
+	if w.written {
+		t.Error("the status was sent before the body")
+	}
+	g.Header().Set("Content-Type", "application/json")
+	g.WriteString(`{"a":`)
+	g.Flush()
+	g.Write([]byte(`1}`))
+	g.WriteHeader(500) // too late
+	got := w.result()
+	if got.status != 202 || string(got.body) != `{"a":1}` || got.header.Get("Content-Type") != "application/json" ||
+		!g.Written() || g.Size() != 7 || g.Status() != 202 {
+		t.Errorf("got %d %v %q; written %v, size %d, status %d", got.status, got.header, got.body,
+			g.Written(), g.Size(), g.Status())
+	}
+	if _, _, err := g.Hijack(); err == nil {
+		t.Error("a held response was hijacked")
+	}
+	w = newRecorder(-1)
+	g = NewGinWriter(w, httptest.NewRecorder())
+	g.WriteHeader(204) // c.Status(204), and gin's WriteHeaderNow after the chain
+	g.WriteHeaderNow()
+	if got := w.result(); !w.written || got.status != 204 {
+		t.Errorf("WriteHeaderNow: written %v, status %d", w.written, got.status)
+	}
+}
+
+// OnOutcome is called once per protected request, before its answer is sent, with the
+// request; not for a method that passes through; its panic is not answered.
+func TestOnOutcome(t *testing.T) {
+	var got []string
+	var sent bool
+	options := Options{OnOutcome: func(outcome string, r *http.Request) {
+		got = append(got, outcome+" "+r.URL.Path)
+		if sent {
+			t.Error("called after the answer was sent")
+		}
+	}}
+	h := untouched(options, neverRun)
+	w := &sentRecorder{ResponseRecorder: httptest.NewRecorder(), sent: &sent}
+	h.ServeHTTP(w, httptest.NewRequest("POST", "/orders", strings.NewReader("{}")))
+	sent = false
+	big := httptest.NewRequest("POST", "/orders", strings.NewReader(strings.Repeat("x", 2<<20)))
+	big.Header.Set("Idempotency-Key", "k")
+	h.ServeHTTP(&sentRecorder{ResponseRecorder: httptest.NewRecorder(), sent: &sent}, big)
+	passed := httptest.NewRequest("GET", "/orders", nil)
+	untouched(options, http.NotFoundHandler()).ServeHTTP(httptest.NewRecorder(), passed)
+	if want := []string{"refused /orders", "too_large /orders"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("outcomes %q, want %q", got, want)
+	}
+	panicky := untouched(Options{OnOutcome: func(string, *http.Request) { panic("the hook fails") }}, neverRun)
+	if res := serve(panicky, httptest.NewRequest("POST", "/orders", nil)); res.StatusCode != 400 {
+		t.Errorf("a hook's panic changed the answer: %d", res.StatusCode)
+	}
+}
+
+type sentRecorder struct {
+	*httptest.ResponseRecorder
+	sent *bool
+}
+
+func (w *sentRecorder) WriteHeader(status int) {
+	*w.sent = true
+	w.ResponseRecorder.WriteHeader(status)
+}

@@ -86,7 +86,7 @@ var (
 )
 
 // optionNames are Options' fields that the protocol names.
-var optionNames = []string{"Header", "KeyOptional", "StoredHeaders", "StoreServerErrors", "Wait", "TTL", "Lease", "Tenant", "Scope", "ScopePerRoute", "Methods", "MaxRequestBytes", "Route"}
+var optionNames = []string{"Header", "KeyOptional", "StoredHeaders", "StoreServerErrors", "Wait", "TTL", "Lease", "Tenant", "Scope", "ScopePerRoute", "Methods", "MaxRequestBytes", "Route", "OnOutcome"}
 
 const (
 	replayedHeader        = "Idempotent-Replayed"

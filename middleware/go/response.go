@@ -11,9 +11,10 @@ import (
 
 // response is what the middleware sends: the handler's (buffered), a replay, or a problem.
 type response struct {
-	status int
-	header http.Header
-	body   []byte
+	status  int
+	header  http.Header
+	body    []byte
+	outcome string // what the request came to (src/protocol.txt, "outcomes")
 }
 
 // send writes the response whole, with its Content-Length.
@@ -68,7 +69,9 @@ var placeholder = regexp.MustCompile(`\{\w+\}`)
 // answer is one of the protocol's answers (protocol.go): values fill its title and its
 // detail in.
 func answer(a protocolAnswer, values map[string]interface{}) *response {
-	return problem(a.status, render(a.title, values), render(a.detail, values), 0)
+	reply := problem(a.status, render(a.title, values), render(a.detail, values), 0)
+	reply.outcome = a.outcome
+	return reply
 }
 
 // answerRetrying is an answer with Retry-After: the seconds given, at least 1.
@@ -102,7 +105,7 @@ func replay(status int, headers sql.NullString, body []byte) *response {
 		}
 	}
 	h.Set(replayedHeader, "true")
-	return &response{status: status, header: h, body: body}
+	return &response{status: status, header: h, body: body, outcome: outcomeReplayed}
 }
 
 // storedHeaders is the jsonb of the response headers to store: those named and the
@@ -134,6 +137,7 @@ type recorder struct {
 	body     []byte
 	limit    int64
 	overflow bool
+	written  bool // WriteHeader or Write was called: the handler answered through it
 }
 
 func newRecorder(limit int64) *recorder {
@@ -144,6 +148,7 @@ func (w *recorder) Header() http.Header { return w.header }
 
 // WriteHeader records the first final status; informational ones (1xx) are not sent.
 func (w *recorder) WriteHeader(status int) {
+	w.written = true
 	if w.status == 0 && status >= 200 {
 		w.status = status
 	}

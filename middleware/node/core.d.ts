@@ -40,7 +40,17 @@ export interface IdempotencyOptions<Request> {
   maxBodyBytes?: number | null;
   /** Two-phase mode: the claim commits at once with this lease, as interval text (`'2 minutes'`). */
   lease?: string | null;
+  /**
+   * Called once per protected request, before its answer is sent, with what it came to and
+   * the framework's own request: for a counter or a span's attribute.  What it throws (or
+   * its promise rejects with) is logged, never answered.
+   */
+  onOutcome?: ((outcome: Outcome, request: Request) => void | Promise<void>) | null;
 }
+
+/** What a protected request came to (src/protocol.txt, "outcomes"; middleware/README.md, "Observability"). */
+export type Outcome = 'claimed' | 'replayed' | 'in_flight' | 'mismatch' | 'conflict' | 'too_large' | 'refused'
+  | 'unprotected' | 'error';
 
 /** What the handler gets as `req.idempotency` (Express) or `request.idempotency` (Fastify). */
 export interface IdempotencyContext {

@@ -18,6 +18,7 @@ const {
   ANSWERS, SPLIT_DRIVERS, SQLSTATE_ANSWERS, DEFAULTS: SHARED, DEPRECATED, CONSTANTS,
   ROUTE_RULES, SQL, REPRESENTATION_HEADERS,
 } = require('./protocol');
+const telemetry = require('./telemetry');
 
 // Stored whatever storedHeaders names: the coding of the stored body and what it varies by.
 const REPRESENTATION = REPRESENTATION_HEADERS.map((h) => h.toLowerCase());
@@ -42,6 +43,7 @@ const CHECKS = {
   methods: (v) => Array.isArray(v) && v.every((m) => typeof m === 'string'),
   maxRequestBytes: (v) => v == null || (Number.isSafeInteger(v) && v >= 0),
   lease: (v) => v == null || typeof v === 'string',
+  onOutcome: (v) => v == null || typeof v === 'function',
 };
 for (const name of Object.keys(SHARED)) {
   if (!CHECKS[name]) throw new Error(`pg-idempotency: the protocol's option ${name} has no check`);
@@ -83,12 +85,13 @@ function settings(options = {}) {
 }
 
 // An application/problem+json answer (RFC 9457).
-function problem(status, title, { detail, retryAfter } = {}) {
+// `outcome` is what the request came to (src/protocol.txt, "outcomes"), for onOutcome.
+function problem(status, title, { detail, retryAfter, outcome = 'error' } = {}) {
   const headers = { 'content-type': CONSTANTS.problemContentType };
   if (retryAfter != null) headers['retry-after'] = String(retryAfter);
   const document = { type: CONSTANTS.problemType, title, status };
   if (detail) document.detail = detail;
-  return { status, headers, body: Buffer.from(JSON.stringify(document)) };
+  return { status, headers, body: Buffer.from(JSON.stringify(document)), outcome };
 }
 
 // A template's "{name}"s filled in from `values`.
@@ -99,17 +102,32 @@ function render(template, values = {}) {
 // One of the protocol's answers: its status and title, its detail (`values` fill both in,
 // `detail` replaces the protocol's), Retry-After from `retryAfter` where it has one.
 function protocolAnswer(name, values = {}, { detail, retryAfter } = {}) {
-  const [status, title, retry, , template] = ANSWERS[name];
+  const [status, title, retry, outcome, template] = ANSWERS[name];
   return problem(status, render(title, values), {
     detail: detail ?? (template != null ? render(template, values) : undefined),
     retryAfter: retry === 'row' ? Math.max(Number(retryAfter ?? 1), 1) : null,
+    outcome,
   });
 }
 
 // The answer of the SQLSTATE map (src/errcodes.txt) to an error, or null.
 function problemFor(error) {
   const answer = error && SQLSTATE_ANSWERS[error.code];
-  return answer ? problem(answer[0], answer[1], { retryAfter: answer[2] }) : null;
+  return answer ? problem(answer[0], answer[1], { retryAfter: answer[2], outcome: answer[3] }) : null;
+}
+
+// Calls options.onOutcome(outcome, native), once per protected request, before its answer
+// is sent; what it throws (or its promise rejects with) goes to `log`, never to the client.
+// The request's span (telemetry.js) ends with it.
+function notifyOutcome(options, native, outcome, log) {
+  telemetry.finish(native, outcome);
+  if (!options.onOutcome) return;
+  try {
+    const result = options.onOutcome(outcome, native);
+    if (result && typeof result.then === 'function') result.then(undefined, log);
+  } catch (error) {
+    log(error);
+  }
 }
 
 const LIMIT = 'idempotency.max_response_bytes';
@@ -219,6 +237,7 @@ function unclaimed(row) {
       status: row.response_status,
       headers: { ...JSON.parse(row.response_headers || '{}'), [CONSTANTS.replayedHeader.toLowerCase()]: 'true' },
       body: row.response_body_bytes || Buffer.alloc(0),
+      outcome: 'replayed',
     };
   }
   if (row.outcome === 'in_progress') return answers.inProgress(row.retry_after_seconds);
@@ -291,13 +310,16 @@ function readStream(stream, cap) {
 // The lifecycle of one request, for the adapters: start() claims (or answers), finish()
 // stores the handler's response and commits (or rolls back), abort() rolls back.
 // `request` is {method, route, path, query, body, key, contentType, scope}; `report(error)`
-// logs an error that the client is answered 500 for without it.
+// logs an error that the client is answered 500 for without it; `native`, the framework's
+// request, is what its span (telemetry.js) is kept by.
 class Course {
-  constructor(pool, request, options, report) {
+  constructor(pool, request, options, report, native) {
     this.pool = pool;
     this.request = request;
     this.options = options;
     this.report = report;
+    this.native = native;
+    telemetry.annotate(native, { scope: request.key == null ? null : request.scope, key: request.key });
     this.client = null;
     this.maxResponseBytes = null; // the server's limit, once claimed
   }
@@ -315,8 +337,11 @@ class Course {
       await this.client.query('BEGIN');
       if (this.unprotected) return null;
       const lease = this.options.lease;
+      const started = process.hrtime.bigint();
       const row = await begin(this.client, this.request, this.options, lease);
+      telemetry.recordBegin(Number(process.hrtime.bigint() - started) / 1e9);
       if (row.outcome === 'claimed') {
+        telemetry.annotate(this.native, { attempt: row.attempt });
         this.attempt = row.attempt;
         this.recoveryPoint = row.recovery_point;
         this.maxResponseBytes = bytesOf(row.max_response_bytes);
@@ -348,6 +373,11 @@ class Course {
     return this.unprotected ? null : this.maxResponseBytes;
   }
 
+  // The outcome of a request whose handler ran (failing or not): its claim's.
+  get ran() {
+    return this.unprotected ? 'unprotected' : 'claimed';
+  }
+
   heldBody() {
     return new HeldBody(this.responseCap);
   }
@@ -357,6 +387,7 @@ class Course {
   // back), storing it failed (the SQLSTATE map's answer, else 500), or a pooler split the
   // transaction.  `body` null: a body over the limit, not kept.
   async finish(response) {
+    response.outcome = this.ran; // the handler's answer, a 5xx's too
     try {
       if (this.unprotected) {
         if (await this.commit()) return response;
@@ -465,5 +496,5 @@ function splitUrl(url) {
 
 module.exports = {
   MAX_REQUEST_BYTES, Course, settings, renamed, problem, answers, keyOf, utf8Text, canonicalRoute, scopeOf, isJsonType,
-  splitUrl, readStream,
+  splitUrl, readStream, notifyOutcome, telemetry,
 };

@@ -11,6 +11,7 @@
 // written at once or in pieces, is held until it is stored and committed.
 const {
   MAX_REQUEST_BYTES, Course, settings, answers, keyOf, canonicalRoute, scopeOf, isJsonType, splitUrl, readStream,
+  notifyOutcome, telemetry,
 } = require('./core');
 
 const readBefore = () => answers.readBefore(
@@ -30,10 +31,11 @@ function idempotency(pool, options = {}) {
 }
 
 async function protect(pool, config, req, res, next) {
+  telemetry.startSpan(req, routeOf(req));
   const { key, refusal } = keyOf(req.headers[config.header], config);
-  if (refusal) return send(res, refusal);
+  if (refusal) return deliver(config, req, res, refusal);
   const read = await requestBody(req, config.maxRequestBytes ?? MAX_REQUEST_BYTES);
-  if (read.answer) return send(res, read.answer);
+  if (read.answer) return deliver(config, req, res, read.answer);
   const contentType = req.headers['content-type'] || '';
   req.rawBody = read.body;
   if (!req._body) {
@@ -43,7 +45,7 @@ async function protect(pool, config, req, res, next) {
       try {
         req.body = JSON.parse(read.body.toString());
       } catch {
-        return send(res, answers.badJson());
+        return deliver(config, req, res, answers.badJson());
       }
     }
   }
@@ -54,14 +56,14 @@ async function protect(pool, config, req, res, next) {
       scope = await scopeOf(req, req.method, route, config);
     } catch (error) {
       report(req, error);
-      return send(res, answers.hookFailed());
+      return deliver(config, req, res, answers.hookFailed());
     }
   }
   const course = new Course(pool, {
     method: req.method, route, ...splitUrl(req.originalUrl), body: read.body, key, contentType, scope,
-  }, config, (error) => report(req, error));
+  }, config, (error) => report(req, error), req);
   const answer = await course.start();
-  if (answer) return send(res, answer);
+  if (answer) return deliver(config, req, res, answer);
   req.idempotency = course.context();
   catchRejections(req.route);
   holdResponse(req, res, course);
@@ -88,6 +90,12 @@ async function requestBody(req, limit) {
   if (Number(req.headers['content-length']) > limit) return { answer: answers.bodyTooLarge(limit) };
   const held = await readStream(req, limit);
   return held.over ? { answer: answers.bodyTooLarge(limit) } : { body: held.bytes() };
+}
+
+// An answer of the middleware's own, with its outcome told first.
+function deliver(config, req, res, answer) {
+  notifyOutcome(config, req, answer.outcome, (error) => report(req, error));
+  send(res, answer);
 }
 
 function send(res, answer) {
@@ -173,16 +181,17 @@ function holdResponse(req, res, course) {
     course.finish(response).then(
       (answer) => {
         if (answer === response) {
+          notifyOutcome(course.options, req, response.outcome, (error) => report(req, error));
           original.end.call(this, body, callback);
         } else {
           for (const name of this.getHeaderNames()) this.removeHeader(name);
-          send(this, answer);
+          deliver(course.options, req, this, answer);
         }
       },
       (error) => {
         report(req, error);
         for (const name of this.getHeaderNames()) this.removeHeader(name);
-        send(this, answers.internalError());
+        deliver(course.options, req, this, answers.internalError());
       },
     );
     return this;

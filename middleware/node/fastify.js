@@ -13,6 +13,7 @@
 const { Readable } = require('node:stream');
 const {
   MAX_REQUEST_BYTES, Course, settings, renamed, answers, keyOf, canonicalRoute, scopeOf, splitUrl, readStream,
+  notifyOutcome, telemetry,
 } = require('./core');
 
 const kState = Symbol('pg-idempotency'); // per request: {config, key, body, course}
@@ -39,12 +40,13 @@ async function fastifyIdempotency(fastify, options = {}) {
   fastify.addHook('preParsing', async (request, reply, payload) => {
     const config = configOf(request);
     if (!config || !config.methods.includes(request.method) || request[kState]) return payload;
+    telemetry.startSpan(request, canonicalRoute('colon', request.routeOptions.url));
     const { key, refusal } = keyOf(request.headers[config.header], config);
-    if (refusal) return answer(reply, refusal);
+    if (refusal) return answer(request, reply, config, refusal);
     const limit = config.maxRequestBytes ?? request.routeOptions.bodyLimit ?? MAX_REQUEST_BYTES;
-    if (Number(request.headers['content-length']) > limit) return answer(reply, answers.bodyTooLarge(limit));
+    if (Number(request.headers['content-length']) > limit) return answer(request, reply, config, answers.bodyTooLarge(limit));
     const held = await readStream(payload, limit);
-    if (held.over) return answer(reply, answers.bodyTooLarge(limit));
+    if (held.over) return answer(request, reply, config, answers.bodyTooLarge(limit));
     const body = held.bytes();
     request[kState] = { config, key, body, course: null };
     return Readable.from([body]);
@@ -62,15 +64,15 @@ async function fastifyIdempotency(fastify, options = {}) {
         scope = await scopeOf(request, request.method, route, config);
       } catch (error) {
         request.log.error({ err: error }, 'pg-idempotency: the tenant or scope hook failed');
-        return answer(reply, answers.hookFailed());
+        return answer(request, reply, config, answers.hookFailed());
       }
     }
     const course = new Course(pool, {
       method: request.method, route, ...splitUrl(request.url), body, key,
       contentType: request.headers['content-type'] || '', scope,
-    }, config, (error) => request.log.error({ err: error }, 'pg-idempotency: a database call failed'));
+    }, config, (error) => request.log.error({ err: error }, 'pg-idempotency: a database call failed'), request);
     const refused = await course.start();
-    if (refused) return answer(reply, refused);
+    if (refused) return answer(request, reply, config, refused);
     state.course = course;
     request.idempotency = course.context();
     return undefined;
@@ -86,12 +88,16 @@ async function fastifyIdempotency(fastify, options = {}) {
       const body = await bytesOf(payload, course.responseCap);
       const response = { status: reply.statusCode, headers: reply.getHeaders(), body };
       sent = await course.finish(response);
-      if (sent === response) return body;
+      if (sent === response) {
+        outcome(request, course.options, sent.outcome);
+        return body;
+      }
     } catch (error) {
       request.log.error({ err: error }, 'pg-idempotency: the response could not be stored');
       await course.abort();
       sent = answers.internalError();
     }
+    outcome(request, course.options, sent.outcome);
     for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
     reply.code(sent.status).headers(sent.headers);
     return sent.body;
@@ -99,7 +105,9 @@ async function fastifyIdempotency(fastify, options = {}) {
 
   // A handler that threw: roll back (the error's reply then passes onSend as is).
   fastify.addHook('onError', async (request) => {
-    await request[kState]?.course?.abort();
+    const course = request[kState]?.course;
+    if (course && course.client) outcome(request, course.options, course.ran); // its reply skips onSend's
+    await course?.abort();
   });
   // After the reply, nothing stays open (a no-op once finished).
   fastify.addHook('onResponse', async (request) => {
@@ -107,8 +115,15 @@ async function fastifyIdempotency(fastify, options = {}) {
   });
 }
 
+// Tells options.onOutcome what the request came to, before its answer is sent.
+function outcome(request, config, name) {
+  notifyOutcome(config, request, name,
+    (error) => request.log.error({ err: error }, 'pg-idempotency: the onOutcome hook failed'));
+}
+
 // An answer from a hook, instead of the handler.
-function answer(reply, problem) {
+function answer(request, reply, config, problem) {
+  outcome(request, config, problem.outcome);
   reply.code(problem.status).headers(problem.headers).send(problem.body);
   return reply;
 }

@@ -63,6 +63,7 @@ module.exports = f({
     scopePerRoute: false,
     methods: ['POST', 'PATCH'],
     maxRequestBytes: 1048576,
+    onOutcome: null,
   }),
   // Old spellings still taken: old -> option.
   DEPRECATED: f({

@@ -642,6 +642,42 @@ class Suite:
                    and self.orders(item) == 0,
                    "a key that is not UTF-8 answers 400, its title naming the header", answer)
 
+    def outcome_counts(self):
+        """The options application's counts of its on_outcome hook's calls, by outcome."""
+        answer = self.post("/options/outcomes", b"", method="GET")
+        return answer.json() if answer.status == 200 else None
+
+    def options_outcomes(self):
+        """on_outcome: called once per protected request, before its answer is sent, with
+        its outcome; not for a request that passes through."""
+        before = self.outcome_counts()
+        key, item = self.fresh("key"), self.fresh("item")
+        answers = [
+            self.opt("/options/orders/1", {"item": item}, key),  # claimed
+            self.opt("/options/orders/1", {"item": item}, key),  # replayed
+            self.opt("/options/orders/1", {"item": self.fresh("item")}, key),  # mismatch
+            self.post("/options/orders/1", {"item": self.fresh("item")}),  # unprotected
+            self.opt("/options/orders/1", {"item": "x" * 2000}, self.fresh("key")),  # too_large
+            self.opt("/options/orders/1", {"item": item}, b"\xff"),  # refused
+            self.opt("/options/orders/1", {"item": item}, self.fresh("key"),
+                     headers={"X-Tenant": "fail"}),  # error
+            self.opt("/options/orders/1", {"item": self.fresh("item")}, self.fresh("key"),
+                     method="PATCH"),  # passes through: no outcome
+        ]
+        after = self.outcome_counts()
+        want = {"claimed": 1, "replayed": 1, "mismatch": 1, "unprotected": 1, "too_large": 1,
+                "refused": 1, "error": 1}
+        got = None
+        if isinstance(before, dict) and isinstance(after, dict):
+            got = {name: after.get(name, 0) - before.get(name, 0)
+                   for name in set(before) | set(after)}
+            got = {name: n for name, n in got.items() if n}
+        statuses = [a.status for a in answers]
+        self.check(got == want and statuses == [201, 201, 422, 201, 413, 400, 500, 201],
+                   "on_outcome: each protected request's outcome, once, before its answer; "
+                   "none for a request that passes through",
+                   f"outcomes {got}, want {want}", f"statuses {statuses}")
+
     def concurrent(self, path, waits):
         key, item = self.fresh("key"), self.fresh("item")
         start = threading.Barrier(DUPLICATES)
@@ -677,7 +713,7 @@ class Suite:
                      self.database_error, self.split_transaction, self.parser_first, self.tenants,
                      self.options_two_phase, self.options_body_limit, self.options_per_route,
                      self.options_moved, self.options_server_errors, self.options_methods,
-                     self.options_omitted_body, self.options_header_and_ttl,
+                     self.options_omitted_body, self.options_header_and_ttl, self.options_outcomes,
                      lambda: self.concurrent("/orders", waits=False),
                      lambda: self.concurrent("/waiting/orders", waits=True)):
             try:

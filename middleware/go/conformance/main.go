@@ -1,9 +1,11 @@
 // The application every conformance setup serves (test/conformance/README.md), over the
 // standard library's ServeMux and database/sql with the driver its first argument names:
 // "postgres" (lib/pq) or "pgx" (pgx v4's stdlib), and the options application on chi, the
-// router whose patterns name a route with parameters. It listens on its second argument
-// and takes the database from libpq's environment (PGHOST, PGPORT, PGDATABASE, PGUSER),
-// which both drivers read.
+// router whose patterns name a route with parameters; or, with a third argument, the same
+// two applications on that framework (gin.go, echo.go, which conformance/run builds in
+// where the framework is installed). It listens on its second argument and takes the
+// database from libpq's environment (PGHOST, PGPORT, PGDATABASE, PGUSER), which both
+// drivers read.
 package main
 
 import (
@@ -15,6 +17,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -25,15 +28,22 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 3 {
-		log.Fatalf("usage: %s postgres|pgx 127.0.0.1:PORT", os.Args[0])
+	if len(os.Args) != 3 && len(os.Args) != 4 {
+		log.Fatalf("usage: %s postgres|pgx 127.0.0.1:PORT [FRAMEWORK]", os.Args[0])
 	}
 	db, err := sql.Open(os.Args[1], "")
 	if err != nil {
 		log.Fatal(err)
 	}
-	protect := idempotency.Middleware(db, idempotency.Options{Tenant: tenant})
-	waiting := idempotency.Middleware(db, idempotency.Options{Tenant: tenant, Wait: 30 * time.Second})
+	if len(os.Args) == 4 {
+		app, ok := frameworks[os.Args[3]]
+		if !ok {
+			log.Fatalf("%s is not built in", os.Args[3])
+		}
+		log.Fatal(http.ListenAndServe(os.Args[2], app(db)))
+	}
+	protect := idempotency.Middleware(db, defaultOptions)
+	waiting := idempotency.Middleware(db, waitingOptions)
 	order := http.HandlerFunc(createOrder)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
@@ -51,17 +61,54 @@ func main() {
 	log.Fatal(http.ListenAndServe(os.Args[2], mux))
 }
 
+// frameworks are the applications on other frameworks than ServeMux and chi, by name.
+var frameworks = map[string]func(*sql.DB) http.Handler{}
+
+// The options of the first application's routes and of the options application but its
+// route hook (test/conformance/README.md).
+var (
+	defaultOptions = idempotency.Options{Tenant: tenant}
+	waitingOptions = idempotency.Options{Tenant: tenant, Wait: 30 * time.Second}
+	optionsOptions = idempotency.Options{
+		Header: "Request-Key", KeyOptional: true, StoredHeaders: []string{"Content-Type", "Location", "X-Order"},
+		TTL: time.Hour, Tenant: tenant, Lease: time.Second, ScopePerRoute: true, StoreServerErrors: true,
+		Methods: []string{http.MethodPost, http.MethodPut}, MaxRequestBytes: 1024, OnOutcome: countOutcome,
+	}
+)
+
+// outcomes counts the options application's outcomes (its OnOutcome hook), which GET
+// /options/outcomes answers.
+var outcomes = struct {
+	sync.Mutex
+	counts map[string]int
+}{counts: map[string]int{}}
+
+func countOutcome(outcome string, _ *http.Request) {
+	outcomes.Lock()
+	defer outcomes.Unlock()
+	outcomes.counts[outcome]++
+}
+
+func outcomeCounts(w http.ResponseWriter, _ *http.Request) {
+	outcomes.Lock()
+	body, err := json.Marshal(outcomes.counts)
+	outcomes.Unlock()
+	if err != nil {
+		panic(err)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(body)
+}
+
 // optionsApp is the options application (test/conformance/README.md, "The options
 // application"), on chi: the route is chi's pattern, "{id:[0-9]+}" and all.
 func optionsApp(db *sql.DB) http.Handler {
-	protect := idempotency.Middleware(db, idempotency.Options{
-		Header: "Request-Key", KeyOptional: true, StoredHeaders: []string{"Content-Type", "Location", "X-Order"},
-		TTL: time.Hour, Tenant: tenant, Lease: time.Second, ScopePerRoute: true, StoreServerErrors: true,
-		Methods: []string{http.MethodPost, http.MethodPut}, MaxRequestBytes: 1024,
-		Route: func(r *http.Request) string { return chi.RouteContext(r.Context()).RoutePattern() },
-	})
+	options := optionsOptions
+	options.Route = func(r *http.Request) string { return chi.RouteContext(r.Context()).RoutePattern() }
+	protect := idempotency.Middleware(db, options)
 	order := optionsOrder(db)
 	router := chi.NewRouter()
+	router.Get("/options/outcomes", outcomeCounts)
 	protected := router.With(protect)
 	protected.Post("/options/orders/{id:[0-9]+}", order)
 	protected.Put("/options/orders/{id:[0-9]+}", order)

@@ -22,6 +22,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -249,4 +250,52 @@ func TestAbortHandler(t *testing.T) {
 			t.Errorf("the retry after an abort: %+v, %d orders", a, orders(t, db, item))
 		}
 	})
+}
+
+// The adapter gin and echo users write first runs the framework's chain inside the
+// middleware but lets it write to the framework's own writer, past the middleware's: the
+// first client gets the handler's 201 straight away. The middleware, whose writer saw
+// nothing, stores nothing and rolls the work back: never an empty 200 replayed to every
+// retry (issue 45), and the log says which adapter to use.
+func TestHandlerThatWrotePastTheMiddleware(t *testing.T) {
+	eachDriver(t, "", func(t *testing.T, db *sql.DB) {
+		var logged strings.Builder
+		var mu sync.Mutex
+		errorLog := log.New(lockedWriter{&mu, &logged}, "", 0)
+		protect := idempotency.Middleware(db, idempotency.Options{ErrorLog: errorLog})
+		srv := httptest.NewServer(http.HandlerFunc(func(outer http.ResponseWriter, r *http.Request) {
+			protect(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+				order(outer, r) // the framework's writer, not the middleware's
+			})).ServeHTTP(outer, r)
+		}))
+		defer srv.Close()
+		key, item := fresh("key"), fresh("item")
+		post(t, srv.URL+"/orders", key, item)
+		retry := post(t, srv.URL+"/orders", key, item)
+		if retry.replayed() || (retry.status == 200 && retry.body == "") {
+			t.Errorf("an empty replay: %+v", retry)
+		}
+		if status := query(t, db, "SELECT status FROM idempotency_lookup('', $1)", key); status == "completed" {
+			t.Errorf("the key was stored (%s)", status)
+		}
+		if n := orders(t, db, item); n != 0 {
+			t.Errorf("%d orders: the work of a response never stored was kept", n)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !strings.Contains(logged.String(), "wrote nothing through the middleware's ResponseWriter") {
+			t.Errorf("nothing logged: %q", logged.String())
+		}
+	})
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

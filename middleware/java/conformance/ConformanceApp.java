@@ -33,6 +33,9 @@ import org.postgresql.ds.PGSimpleDataSource;
  * <p>Usage: java ConformanceApp PORT, with the database in libpq's environment.
  */
 public final class ConformanceApp {
+    /** The options application's outcomes, counted by its onOutcome hook. */
+    private static final Map<String, Integer> OUTCOMES = new java.util.concurrent.ConcurrentHashMap<>();
+
     public static void main(String[] args) throws Exception {
         DataSource database = dataSource(System.getenv());
         Tomcat tomcat = new Tomcat();
@@ -78,6 +81,7 @@ public final class ConformanceApp {
             .storedHeaders("Content-Type", "Location", "X-Order").ttl(Duration.ofHours(1))
             .lease(Duration.ofSeconds(1)).scopePerRoute(true).storeServerErrors(true)
             .methods("POST", "PUT").maxRequestBytes(1024)
+            .onOutcome((outcome, request) -> OUTCOMES.merge(outcome, 1, Integer::sum))
             .route(request -> request.getServletPath()
                 + (request.getPathInfo() != null && request.getPathInfo().matches("/\\d+")
                     ? "/{id: \\d+}" : ""))
@@ -85,6 +89,18 @@ public final class ConformanceApp {
             .addMappingForUrlPatterns(null, true, "/options/*");
         context.addServlet("options", new OptionsOrders(database))
             .addMapping("/options/orders/*", "/options/refunds/*");
+        // The options application's outcomes (its onOutcome hook), as JSON.
+        context.addServlet("outcomes", new HttpServlet() {
+            @Override
+            protected void doGet(HttpServletRequest request, HttpServletResponse response)
+                throws IOException {
+                StringBuilder json = new StringBuilder("{");
+                OUTCOMES.forEach((outcome, count) -> json.append(json.length() > 1 ? ", " : "")
+                    .append('"').append(outcome).append("\": ").append(count));
+                response.setContentType("application/json");
+                response.getWriter().print(json.append('}'));
+            }
+        }).addMapping("/options/outcomes");
         context.addServlet("health", new HttpServlet() {
             @Override
             protected void doGet(HttpServletRequest request, HttpServletResponse response)

@@ -31,11 +31,19 @@ function orderAnswer(body, id) {
   return { status: body.status ?? 201, location: `/orders/${id}`, text: JSON.stringify(document) };
 }
 
+// The options application's outcomes (its onOutcome hook), which GET /options/outcomes
+// answers.
+const outcomes = {};
+function countOutcome(outcome) {
+  outcomes[outcome] = (outcomes[outcome] ?? 0) + 1;
+}
+
 // The options application's options (test/conformance/README.md, "The options
 // application"): over the tenant hook, for every route under /options.
 const OPTIONS = Object.freeze({
   header: 'Request-Key', required: false, storedHeaders: ['Content-Type', 'Location', 'X-Order'], ttl: '1 hour',
   lease: '1 second', scopePerRoute: true, storeServerErrors: true, methods: ['POST', 'PUT'], maxRequestBytes: 1024,
+  onOutcome: countOutcome,
 });
 
 // The options application's order handler: `idem` the request's context (null when the
@@ -96,6 +104,7 @@ function expressApp({ express, idempotency, pool, table = 'orders', options = {}
     app[method]('/options/orders/:id', optionsProtect, express.json(), optionsAnswer);
   }
   app.post('/options/refunds/:id', optionsProtect, express.json(), optionsAnswer);
+  app.get('/options/outcomes', (req, res) => res.json(outcomes));
   return app;
 }
 
@@ -142,6 +151,7 @@ function fastifyApp({ Fastify, fastifyIdempotency, pool, table = 'orders', optio
     app.route({ method, url: '/options/orders/:id', config, handler: optionsAnswer });
   }
   app.post('/options/refunds/:id', { config }, optionsAnswer);
+  app.get('/options/outcomes', async () => outcomes);
   return app;
 }
 

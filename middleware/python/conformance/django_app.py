@@ -11,7 +11,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.urls import path
 
 from orders import (OPTIONS, answer, fail_if_asked, location, options_headers, options_order_on,
-                    order_on, pieces, tenant)
+                    order_on, outcomes_json, pieces, tenant)
 
 settings.configure(
     DEBUG=False, ROOT_URLCONF=__name__, ALLOWED_HOSTS=["*"], SECRET_KEY="conformance only",
@@ -49,6 +49,10 @@ def health(request):
     return HttpResponse("ok")
 
 
+def outcomes(request):
+    return HttpResponse(outcomes_json(), content_type="application/json")
+
+
 def make_order():
     def order(request):
         data = json.loads(request.body)
@@ -80,7 +84,7 @@ def options_order(request, id):
 from pg_idempotency.django import route_options  # noqa: E402 - after django.setup()
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 
-urlpatterns = [path("health", health)] + [
+urlpatterns = [path("health", health), path("options/outcomes", outcomes)] + [
     path(route, make_order()) for route in ("orders", "refunds", "parsed/orders", "compressed/orders")] + [
     path("waiting/orders", route_options(wait=30)(make_order())),
     path("options/orders/<int:id>", route_options(**OPTIONS)(options_order)),

@@ -11,7 +11,8 @@ from fastapi.responses import Response
 from starlette.middleware.gzip import GZipMiddleware
 
 from orders import (GATE, INSERT, OPTIONS, SPLIT, asgi_response, fail_if_asked, options_answer,
-                    options_first, options_headers, options_order_on, order_on, tenant)
+                    options_first, options_headers, options_order_on, order_on, outcomes_json,
+                    tenant)
 from pg_idempotency.starlette import IdempotencyMiddleware, route_options
 
 app = FastAPI()
@@ -23,6 +24,11 @@ app.add_middleware(GZipMiddleware)
 @app.get("/health")
 def health():
     return "ok"
+
+
+@app.get("/options/outcomes")
+def outcomes() -> Response:
+    return Response(outcomes_json(), media_type="application/json")
 
 
 if os.environ["CONFORMANCE_DRIVER"] == "psycopg2":

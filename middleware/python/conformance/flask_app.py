@@ -9,7 +9,7 @@ import flask
 from flask import Flask, request
 
 from orders import (OPTIONS, answer, fail_if_asked, location, options_headers, options_order_on,
-                    order_on, pieces, tenant)
+                    order_on, outcomes_json, pieces, tenant)
 from pg_idempotency.flask import idempotent
 
 if os.environ["CONFORMANCE_DRIVER"] == "psycopg2":
@@ -42,6 +42,11 @@ def compress(response):
 @app.get("/health")
 def health():
     return "ok"
+
+
+@app.get("/options/outcomes")
+def outcomes():
+    return flask.Response(outcomes_json(), mimetype="application/json")
 
 
 def order(idem):

@@ -1,6 +1,7 @@
 """What the conformance applications share (test/conformance/README.md): the tenant hook
 and the order handler's answer, apart from what each framework does its own way."""
 import json
+import os
 from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 
@@ -76,13 +77,38 @@ def asgi_response(number: int, data: Mapping[str, Any]) -> Any:
     return Response(body, status, headers, media_type="application/json")
 
 
+# The options application's outcomes (its on_outcome hook), which GET /options/outcomes
+# answers (outcomes_json): a line each in a file beside the application, appended whole
+# (O_APPEND), since gunicorn's workers are processes of their own.
+OUTCOMES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "outcomes.log")
+
+
+def count_outcome(outcome: str, request: Any) -> None:
+    descriptor = os.open(OUTCOMES_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(descriptor, (outcome + "\n").encode())
+    finally:
+        os.close(descriptor)
+
+
+def outcomes_json() -> bytes:
+    counts: Dict[str, int] = {}
+    try:
+        with open(OUTCOMES_FILE) as lines:
+            for line in lines:
+                counts[line.strip()] = counts.get(line.strip(), 0) + 1
+    except FileNotFoundError:
+        pass
+    return json.dumps(counts).encode()
+
+
 # The options application's options (test/conformance/README.md, "The options
 # application"), over the tenant hook, for every route under /options.
 OPTIONS: Dict[str, Any] = {"header": "Request-Key", "required": False,
                            "stored_headers": ("Content-Type", "Location", "X-Order"),
                            "ttl": "1 hour", "lease": "1 second", "scope_per_route": True,
                            "store_server_errors": True, "methods": ("POST", "PUT"),
-                           "max_request_bytes": 1024}
+                           "max_request_bytes": 1024, "on_outcome": count_outcome}
 
 
 def options_headers(number: int) -> Dict[str, str]:

@@ -12,13 +12,17 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from orders import (OPTIONS, asgi_response, fail_if_asked, options_headers, options_order_on,
-                    order_on, tenant)
+                    order_on, outcomes_json, tenant)
 from pg_idempotency.starlette import IdempotencyMiddleware, route_options
 from starlette.responses import Response
 
 
 async def health(request):
     return PlainTextResponse("ok")
+
+
+async def outcomes(request):
+    return Response(outcomes_json(), media_type="application/json")
 
 
 def make_order():
@@ -51,7 +55,7 @@ async def options_order(request):
 
 
 app = Starlette(
-    routes=[Route("/health", health)]
+    routes=[Route("/health", health), Route("/options/outcomes", outcomes)]
     + [Route(path, make_order(), methods=["POST"])
        for path in ("/orders", "/refunds", "/parsed/orders", "/compressed/orders")]
     + [Route("/waiting/orders", route_options(wait=30)(make_order()), methods=["POST"]),

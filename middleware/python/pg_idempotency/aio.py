@@ -15,7 +15,7 @@ import anyio
 import anyio.to_thread
 
 from .core import (Commit, Context, Driven, Options, Query, Request, Response, Run, Sleep, Step,
-                   checkpoint_query, course, run_statements)
+                   checkpoint_query, course, run_statements, telling)
 
 
 def is_async(conn: Any) -> bool:
@@ -51,11 +51,13 @@ async def outcome_async(perform: Callable[..., Awaitable[Any]],
 
 async def handle_async(conn: Any, request: Request,
                        handler: Callable[[Context], Awaitable[Response]],
-                       options: "Options[Any]" = Options(), scope: str = "") -> Response:
+                       options: "Options[Any]" = Options(), scope: str = "",
+                       native: Any = None) -> Response:
     """core.handle on an event loop: `conn` is an asyncio connection or a blocking one
     (see above); `handler` is awaited with an AsyncContext or a Context accordingly."""
     blocking = not is_async(conn)
-    run = Driven(course(request, scope, options, polls=blocking))
+    run = Driven(telling(course(request, scope, options, polls=blocking), options, native,
+                         request.key is None))
     while run.step is not None:
         step = run.step
         if isinstance(step, Run):

@@ -68,6 +68,9 @@ class Response:
     # The framework's own response the handler answered with, which an adapter sends as
     # it is (cookies and all); None for an answer of the middleware's.
     native: Any = None
+    # What the request came to (src/protocol.txt, "outcomes"), for Options.on_outcome: the
+    # course sets it on the handler's answer.
+    outcome: str = "error"
 
 
 @dataclass
@@ -100,6 +103,10 @@ class Options(Generic[NativeRequest]):
     # Two-phase mode (doc/handlers.md): the claim commits at once with this lease (an
     # interval text), the handler runs outside a transaction and may checkpoint.
     lease: Optional[str] = protocol.DEFAULT_LEASE
+    # on_outcome(outcome, request): called once per protected request, before its answer
+    # is sent, with what it came to ("claimed", "replayed", ...: src/protocol.txt,
+    # "outcomes") and the framework's request.  What it raises is logged, never answered.
+    on_outcome: Optional[Callable[[str, NativeRequest], None]] = None
     per_route: InitVar[Optional[bool]] = None
     max_body_bytes: InitVar[Optional[int]] = None
 
@@ -225,14 +232,14 @@ class Context:
 # ------------------------------------------------------------------ answers
 
 def problem(status: int, title: str, retry_after: Optional[int] = None,
-            detail: Optional[str] = None) -> Response:
+            detail: Optional[str] = None, outcome: str = "error") -> Response:
     headers = [("Content-Type", protocol.PROBLEM_CONTENT_TYPE)]
     if retry_after is not None:
         headers.append(("Retry-After", str(retry_after)))
     document: Dict[str, Any] = {"type": protocol.PROBLEM_TYPE, "title": title, "status": status}
     if detail:
         document["detail"] = detail
-    return Response(status, headers, json.dumps(document).encode())
+    return Response(status, headers, json.dumps(document).encode(), outcome=outcome)
 
 
 def render(template: str, **values: Any) -> str:
@@ -249,7 +256,8 @@ def answer(name: str, retry_after: Optional[int] = None, detail: Optional[str] =
     return problem(spec.status, render(spec.title, **values),
                    max(retry_after or 1, 1) if spec.retry == "row" else None,
                    detail if detail is not None else
-                   render(spec.detail, **values) if spec.detail is not None else None)
+                   render(spec.detail, **values) if spec.detail is not None else None,
+                   spec.outcome)
 
 
 def key_required(options: "Options[Any]") -> Response:
@@ -311,12 +319,40 @@ def admit(options: "Options[NativeRequest]", native: NativeRequest, method: str,
     scope, the key)."""
     refused, key = refused_early(options, body, header)
     if refused is not None:
-        return refused, "", None
+        return told(options, native, refused), "", None
     try:
         return None, scope_of(options, native, method, route), key
     except Exception:  # noqa: BLE001 - the hook's failure is answered, and logged
         log.exception("pg_idempotency: the tenant or scope hook raised")
-        return hook_failed(), "", None
+        return told(options, native, hook_failed()), "", None
+
+
+def told(options: "Options[NativeRequest]", native: NativeRequest, answer: Response) -> Response:
+    """`answer`, once Options.on_outcome has been told its outcome (tell)."""
+    tell(options, native, answer.outcome)
+    return answer
+
+
+def tell(options: "Options[NativeRequest]", native: NativeRequest, outcome: str) -> None:
+    """Calls Options.on_outcome, whose exception is logged, never answered."""
+    if options.on_outcome is None:
+        return
+    try:
+        options.on_outcome(outcome, native)
+    except Exception:  # noqa: BLE001 - see above
+        log.exception("pg_idempotency: the on_outcome hook raised")
+
+
+def telling(steps: "Course", options: "Options[Any]", native: Any, unprotected: bool) -> "Course":
+    """The course `steps`, telling Options.on_outcome what it came to before its answer is
+    sent: its answer's outcome, or, when the handler's exception goes on to the
+    framework, the claim's (the handler ran)."""
+    try:
+        answer = yield from steps
+    except Exception:
+        tell(options, native, "unprotected" if unprotected else "claimed")
+        raise
+    return told(options, native, answer)
 
 
 def response_too_large(limit: Optional[int]) -> Response:
@@ -455,7 +491,7 @@ def unclaimed(row: Row) -> Response:
         body = row["response_body_bytes"]
         return Response(row["response_status"] or 200,
                         [*replayed, (protocol.REPLAYED_HEADER, "true")],
-                        bytes(body) if body is not None else b"")
+                        bytes(body) if body is not None else b"", outcome="replayed")
     if row["outcome"] == "in_progress":
         return answer("in_progress", retry_after=row["retry_after_seconds"])
     return answer("mismatch")
@@ -492,7 +528,7 @@ def failed(error: Exception, stage: str) -> Response:
     middleware's own (logged)."""
     mapped = SQLSTATE_ANSWERS.get(sqlstate(error) or "")
     if mapped is not None:
-        return problem(mapped[0], mapped[1], mapped[2])
+        return problem(mapped[0], mapped[1], mapped[2], outcome=mapped[3])
     if stage == "handler":
         raise error
     log.error("pg_idempotency: a statement of the middleware failed, the request was rolled"
@@ -519,6 +555,7 @@ def course(request: Request, scope: str, options: "Options[Any]", polls: bool = 
         try:
             stage = "handler"
             response: Response = yield Run(scope, request.key, row["attempt"], None, limit)
+            response.outcome = "claimed"
             stage = "statements"
         except ResponseTooLarge:
             yield ROLLBACK
@@ -574,6 +611,7 @@ def unprotected(scope: str) -> Course:
     """No key and not required: the handler runs in a transaction, nothing stored."""
     try:
         response: Response = yield Run(scope, None)
+        response.outcome = "unprotected"
     except Exception:
         yield ROLLBACK
         raise
@@ -602,6 +640,7 @@ def two_phase(request: Request, scope: str, options: "Options[Any]", polls: bool
     attempt, limit = row["attempt"], byte_count(row["max_response_bytes"])
     try:
         response: Response = yield Run(scope, key, attempt, row["recovery_point"], limit)
+        response.outcome = "claimed"
     except ResponseTooLarge:
         yield from give_up(scope, key, attempt)
         return response_too_large(limit)
@@ -671,10 +710,11 @@ def run_statements(conn: Any, run: Driven) -> None:
 
 
 def handle(conn: Any, request: Request, handler: Callable[[Context], Response],
-           options: "Options[Any]" = Options(), scope: str = "") -> Response:
+           options: "Options[Any]" = Options(), scope: str = "", native: Any = None) -> Response:
     """Runs `handler` at most once per key: the whole course of one request, on a blocking
-    psycopg 3 or psycopg2 connection; `scope` is scope_of's."""
-    run = Driven(course(request, scope, options))
+    psycopg 3 or psycopg2 connection; `scope` is scope_of's; `native`, the framework's
+    request, is what Options.on_outcome gets."""
+    run = Driven(telling(course(request, scope, options), options, native, request.key is None))
     run_statements(conn, run)
     while isinstance(run.step, Run):  # a blocking connection waits in the server: no Sleep
         run.resume(*outcome(handler, Context(conn, run.step)))

@@ -112,7 +112,7 @@ class IdempotencyMiddleware:
 
         conn = AtomicConnection(self.using)
         try:
-            result = handle(conn, incoming, run, options, namespace)
+            result = handle(conn, incoming, run, options, namespace, request)
         finally:
             conn.close()
         return result.native if result.native is not None else to_django(result)

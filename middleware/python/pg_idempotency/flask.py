@@ -12,7 +12,7 @@ import flask
 from flask import make_response, request
 
 from .core import (Context, Hook, Options, Request, Response, ResponseTooLarge, admit,
-                   canonical_route, database_error, handle, log)
+                   canonical_route, database_error, handle, log, told)
 
 __all__ = ["idempotent"]
 
@@ -62,9 +62,9 @@ def idempotent(connect: Callable[[], Any], release: Optional[Callable[[Any], Non
                 conn = connect()
             except Exception:  # noqa: BLE001 - answered 500 problem+json, and logged
                 log.exception("pg_idempotency: connect() failed")
-                return to_flask(database_error())
+                return to_flask(told(settings, native, database_error()))
             try:
-                result = handle(conn, incoming, run, settings, namespace)
+                result = handle(conn, incoming, run, settings, namespace, native)
             finally:
                 (release or type(conn).close)(conn)
             return result.native if result.native is not None else to_flask(result)

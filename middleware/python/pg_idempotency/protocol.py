@@ -70,7 +70,7 @@ DEFAULT_LEASE: Optional[str] = None
 DEFAULT_SCOPE_PER_ROUTE: bool = False
 DEFAULT_METHODS: Tuple[str, ...] = ("POST", "PATCH")
 DEFAULT_MAX_REQUEST_BYTES: int = 1048576
-OPTIONS = ("header", "required", "stored_headers", "store_server_errors", "wait", "ttl", "lease", "tenant", "scope", "scope_per_route", "methods", "max_request_bytes")
+OPTIONS = ("header", "required", "stored_headers", "store_server_errors", "wait", "ttl", "lease", "tenant", "scope", "scope_per_route", "methods", "max_request_bytes", "on_outcome")
 # Old spellings still taken: old -> option.
 DEPRECATED: Dict[str, str] = {
     "max_body_bytes": "max_request_bytes",

@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .aio import handle_async
 from .core import (Context, Hook, Options, Request, Response, ResponseTooLarge, admit,
-                   canonical_route, database_error, log, options_of_route, route_options)
+                   canonical_route, database_error, log, options_of_route, route_options, told)
 
 __all__ = ["IdempotencyMiddleware", "StarletteRequest", "route_options"]
 
@@ -78,10 +78,11 @@ class IdempotencyMiddleware:
                  scope_per_route: bool = Options.scope_per_route,
                  max_request_bytes: int = Options.max_request_bytes,
                  lease: Optional[str] = Options.lease,
+                 on_outcome: Optional[Callable[[str, StarletteRequest], None]] = None,
                  per_route: Optional[bool] = None, max_body_bytes: Optional[int] = None):
-        """The keyword arguments are pg_idempotency.Options' fields; `tenant` and `scope`
-        receive starlette.requests.Request (FastAPI's Request); plain functions, they run on
-        the event loop and must not block."""
+        """The keyword arguments are pg_idempotency.Options' fields; `tenant`, `scope` and
+        `on_outcome` receive starlette.requests.Request (FastAPI's Request); plain
+        functions, they run on the event loop and must not block."""
         self.app = app
         self.connect = connect
         self.release = release or close
@@ -89,7 +90,8 @@ class IdempotencyMiddleware:
             header=header, required=required, stored_headers=stored_headers,
             store_server_errors=store_server_errors, wait=wait, ttl=ttl, tenant=tenant,
             scope=scope, scope_per_route=scope_per_route, methods=tuple(methods),
-            max_request_bytes=max_request_bytes, lease=lease, per_route=per_route,
+            max_request_bytes=max_request_bytes, lease=lease, on_outcome=on_outcome,
+            per_route=per_route,
             max_body_bytes=max_body_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -124,10 +126,10 @@ class IdempotencyMiddleware:
             conn = await call(self.connect)
         except Exception:  # noqa: BLE001 - answered 500 problem+json, and logged
             log.exception("pg_idempotency: connect() failed")
-            await respond(send, database_error())
+            await respond(send, told(options, native, database_error()))
             return
         try:
-            result = await handle_async(conn, incoming, run, options, namespace)
+            result = await handle_async(conn, incoming, run, options, namespace, native)
         finally:
             await call(self.release, conn)
         await respond(send, result)

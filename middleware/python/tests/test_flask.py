@@ -60,6 +60,28 @@ class FlaskGlue(unittest.TestCase):
         self.assertEqual((status, headers["Content-Type"], json.loads(body)["status"]),
                          (500, "application/problem+json", 500))
 
+    def test_on_outcome_gets_each_outcome_once_with_flask_request(self):
+        seen = []
+
+        def on_outcome(outcome, native):
+            seen.append((outcome, type(native)))
+            raise RuntimeError("the hook fails: logged, not answered")
+
+        app = orders_app(DRIVERS["psycopg"], on_outcome=on_outcome)
+        key = new_key()
+        statuses = [post(app, key, b'{"item": "told"}')[0], post(app, key, b'{"item": "told"}')[0],
+                    post(app, key, b'{"item": "other"}')[0], post(app, new_key(), b"x" * (2 << 20))[0]]
+        # The view raises (get_json: BadRequest), answered by Flask after the claim's outcome.
+        statuses.append(post(app, new_key(), b'not json')[0])
+
+        def connect():
+            raise OSError("no database here")
+        statuses.append(post(orders_app(connect, on_outcome=on_outcome), new_key(), b"{}")[0])
+        self.assertEqual(statuses, [201, 201, 422, 413, 400, 500])
+        self.assertEqual([outcome for outcome, _ in seen],
+                         ["claimed", "replayed", "mismatch", "too_large", "claimed", "error"])
+        self.assertTrue(all(issubclass(kind, flask.Request) for _, kind in seen), seen)
+
 
 if __name__ == "__main__":
     unittest.main()

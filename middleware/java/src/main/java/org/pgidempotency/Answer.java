@@ -15,13 +15,16 @@ import java.util.regex.Pattern;
  * @param status the HTTP status
  * @param headers header names and their values, in order
  * @param body the body, sent with its Content-Length
+ * @param outcome what the request came to (src/protocol.txt, "outcomes"), for the
+ *     onOutcome hook
  */
-record Answer(int status, List<Map.Entry<String, String>> headers, byte[] body) {
+record Answer(int status, List<Map.Entry<String, String>> headers, byte[] body, String outcome) {
 
     private static final Pattern PLACEHOLDER = Pattern.compile("\\{(\\w+)\\}");
 
     /** A problem document; {@code detail} and {@code retryAfter} may be null. */
-    static Answer problem(int status, String title, String detail, Integer retryAfter) {
+    static Answer problem(int status, String title, String detail, Integer retryAfter,
+        String outcome) {
         List<Map.Entry<String, String>> headers = new ArrayList<>();
         headers.add(Map.entry("Content-Type", Protocol.PROBLEM_CONTENT_TYPE));
         if (retryAfter != null) {
@@ -30,7 +33,7 @@ record Answer(int status, List<Map.Entry<String, String>> headers, byte[] body) 
         String document = "{\"type\": " + Json.quote(Protocol.PROBLEM_TYPE) + ", \"title\": "
             + Json.quote(title) + ", \"status\": " + status
             + (detail == null ? "" : ", \"detail\": " + Json.quote(detail)) + "}";
-        return new Answer(status, headers, document.getBytes(StandardCharsets.UTF_8));
+        return new Answer(status, headers, document.getBytes(StandardCharsets.UTF_8), outcome);
     }
 
     /** A template's "{name}"s filled in from {@code values} (the others left as they are). */
@@ -49,7 +52,7 @@ record Answer(int status, List<Map.Entry<String, String>> headers, byte[] body) 
      */
     static Answer of(Protocol.Spec spec, Map<String, ?> values) {
         return problem(spec.status(), render(spec.title(), values), render(spec.detail(), values),
-            spec.retryAfter());
+            spec.retryAfter(), spec.outcome());
     }
 
     static Answer of(Protocol.Spec spec) {
@@ -59,7 +62,7 @@ record Answer(int status, List<Map.Entry<String, String>> headers, byte[] body) 
     /** An answer whose Retry-After is the begin row's: {@code seconds}, at least 1. */
     static Answer retrying(Protocol.Spec spec, Integer seconds) {
         return problem(spec.status(), spec.title(), spec.detail(),
-            Math.max(seconds == null ? 1 : seconds, 1));
+            Math.max(seconds == null ? 1 : seconds, 1), spec.outcome());
     }
 
     /** The answer the SQLSTATE map gives to {@code error}, or null: a server error. */

@@ -199,7 +199,7 @@ final class CapturedResponse extends HttpServletResponseWrapper {
     public void sendError(int status, String message) {
         reset();
         Answer problem = Answer.problem(status, message == null || message.isEmpty()
-            ? "Error " + status : message, null, null);
+            ? "Error " + status : message, null, null, "claimed");
         setStatus(status);
         problem.headers().forEach(header -> setHeader(header.getKey(), header.getValue()));
         write(problem.body(), 0, problem.body().length);

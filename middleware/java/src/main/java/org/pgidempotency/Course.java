@@ -204,7 +204,12 @@ final class Course implements AutoCloseable {
                 (name, values) -> values.forEach(value -> headers.add(Map.entry(name, value))));
         }
         headers.add(Map.entry(Protocol.REPLAYED_HEADER, "true"));
-        return new Answer(status, headers, body == null ? new byte[0] : body);
+        return new Answer(status, headers, body == null ? new byte[0] : body, "replayed");
+    }
+
+    /** Whether the request has no key and runs unprotected, nothing stored. */
+    boolean unprotected() {
+        return key == null;
     }
 
     /** How many body bytes a response may have and still be stored. */

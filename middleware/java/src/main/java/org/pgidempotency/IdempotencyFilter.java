@@ -46,6 +46,18 @@ public final class IdempotencyFilter implements Filter {
         String apply(HttpServletRequest request) throws Exception;
     }
 
+    /**
+     * The outcome hook: called once per protected request, before its answer is sent, with
+     * what it came to ({@code claimed}, {@code replayed}, {@code in_flight}, {@code mismatch},
+     * {@code conflict}, {@code too_large}, {@code refused}, {@code unprotected},
+     * {@code error}: middleware/README.md, "Observability") and the container's own request.
+     * What it throws is logged, never answered.
+     */
+    @FunctionalInterface
+    public interface OutcomeHook {
+        void accept(String outcome, HttpServletRequest request) throws Exception;
+    }
+
     private final Builder builder;
     private volatile Options options;
 
@@ -106,7 +118,7 @@ public final class IdempotencyFilter implements Filter {
         try {
             if (header == null) {
                 if (options.required()) {
-                    send(response, Answer.of(Protocol.KEY_REQUIRED,
+                    send(request, response, options, Answer.of(Protocol.KEY_REQUIRED,
                         Map.of("header", options.header())));
                     return;
                 }
@@ -117,7 +129,8 @@ public final class IdempotencyFilter implements Filter {
             }
             String key = Course.key(header);
             if (key == null) {
-                send(response, Answer.of(Protocol.KEY_NOT_UTF8, Map.of("header", options.header())));
+                send(request, response, options,
+                    Answer.of(Protocol.KEY_NOT_UTF8, Map.of("header", options.header())));
                 return;
             }
             BufferedRequest buffered = BufferedRequest.read(request, options.maxRequestBytes());
@@ -129,17 +142,17 @@ public final class IdempotencyFilter implements Filter {
                     request.getQueryString() == null ? "" : request.getQueryString(),
                     request.getContentType(), buffered.body()));
                 if (answer != null) {
-                    send(response, answer);
+                    send(request, response, options, answer);
                 } else {
                     run(course, buffered, response, chain, options);
                 }
             }
         } catch (BufferedRequest.Refused refused) {
-            send(response, refused.answer);
+            send(request, response, options, refused.answer);
         } catch (HookFailed failed) {
             request.getServletContext().log("idempotency: " + failed.getMessage(),
                 failed.getCause());
-            send(response, Answer.of(Protocol.HOOK_FAILED));
+            send(request, response, options, Answer.of(Protocol.HOOK_FAILED));
         } catch (SQLException e) {
             response.reset(); // the handler's status and headers, if it ran
             Answer answer = Answer.forError(e);
@@ -148,7 +161,7 @@ public final class IdempotencyFilter implements Filter {
                     + e.getSQLState() + "), the request was rolled back", e);
                 answer = Answer.of(Protocol.DATABASE_ERROR);
             }
-            send(response, answer);
+            send(request, response, options, answer);
         }
     }
 
@@ -171,6 +184,8 @@ public final class IdempotencyFilter implements Filter {
         throws IOException, ServletException, SQLException {
         CapturedResponse captured = new CapturedResponse(response, course.responseLimit());
         request.setAttribute(Idempotency.ATTRIBUTE, new Idempotency(course));
+        // The handler ran: its answer, a failure's too, is the claim's.
+        String ran = course.unprotected() ? "unprotected" : "claimed";
         try {
             chain.doFilter(request, captured);
         } catch (IOException | ServletException | RuntimeException | Error e) {
@@ -180,6 +195,7 @@ public final class IdempotencyFilter implements Filter {
                 e.addSuppressed(rollback);
             }
             response.reset(); // the handler's headers are not the error's
+            tell(request, options, ran);
             throw e;
         } finally {
             request.removeAttribute(Idempotency.ATTRIBUTE);
@@ -189,8 +205,9 @@ public final class IdempotencyFilter implements Filter {
             captured.headers(storedAndRepresentation(options.storedHeaders())), body, captured.oversized());
         if (instead != null) {
             response.reset();
-            send(response, instead);
+            send(request, response, options, instead);
         } else {
+            tell(request, options, ran);
             response.setContentLengthLong(body.length);
             response.getOutputStream().write(body);
         }
@@ -204,6 +221,25 @@ public final class IdempotencyFilter implements Filter {
     private static List<String> storedAndRepresentation(List<String> named) {
         return Stream.concat(named.stream(), REPRESENTATION_HEADERS.stream())
             .distinct().toList();
+    }
+
+    /** Sends an answer of the filter's own, once the outcome hook has been told its outcome. */
+    private static void send(HttpServletRequest request, HttpServletResponse response,
+        Options options, Answer answer) throws IOException {
+        tell(request, options, answer.outcome());
+        send(response, answer);
+    }
+
+    /** Calls the outcome hook, whose exception is logged, never answered. */
+    private static void tell(HttpServletRequest request, Options options, String outcome) {
+        if (options.onOutcome() == null) {
+            return;
+        }
+        try {
+            options.onOutcome().accept(outcome, request);
+        } catch (Exception | LinkageError e) {
+            request.getServletContext().log("idempotency: the onOutcome hook failed", e);
+        }
     }
 
     private static void send(HttpServletResponse response, Answer answer) throws IOException {
@@ -304,6 +340,7 @@ public final class IdempotencyFilter implements Filter {
         private boolean scopePerRoute = Protocol.DEFAULT_SCOPE_PER_ROUTE;
         private Set<String> methods = Set.copyOf(Protocol.DEFAULT_METHODS);
         private long maxRequestBytes = Protocol.DEFAULT_MAX_REQUEST_BYTES;
+        private OutcomeHook onOutcome;
 
         private Builder(DataSource dataSource) {
             this.dataSource = dataSource;
@@ -423,6 +460,15 @@ public final class IdempotencyFilter implements Filter {
             return this;
         }
 
+        /**
+         * The outcome hook, called once per protected request before its answer is sent
+         * (default: none): for a counter or a span's attribute. See {@link OutcomeHook}.
+         */
+        public Builder onOutcome(OutcomeHook hook) {
+            onOutcome = hook;
+            return this;
+        }
+
         public IdempotencyFilter build() {
             return new IdempotencyFilter(this);
         }
@@ -462,7 +508,8 @@ public final class IdempotencyFilter implements Filter {
                     + "JNDI name of one as the dataSource init parameter");
             }
             return new Options(dataSource, header, required, storedHeaders, storeServerErrors,
-                wait, ttl, lease, tenant, scope, route, scopePerRoute, methods, maxRequestBytes);
+                wait, ttl, lease, tenant, scope, route, scopePerRoute, methods, maxRequestBytes,
+                onOutcome);
         }
 
         private static DataSource lookup(String name) {

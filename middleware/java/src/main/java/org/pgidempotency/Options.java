@@ -24,12 +24,13 @@ import javax.sql.DataSource;
  * @param scopePerRoute whether keys are scoped per method and route pattern as well
  * @param methods the methods protected, in upper case
  * @param maxRequestBytes the largest request body read; a larger one is answered 413
+ * @param onOutcome the outcome hook, or null
  */
 record Options(DataSource dataSource, String header, boolean required, List<String> storedHeaders,
     boolean storeServerErrors, String waitFor, String ttl, String lease,
     IdempotencyFilter.Hook tenant, IdempotencyFilter.Hook scope, IdempotencyFilter.Hook route,
     boolean scopePerRoute,
-    Set<String> methods, long maxRequestBytes) {
+    Set<String> methods, long maxRequestBytes, IdempotencyFilter.OutcomeHook onOutcome) {
 
     boolean twoPhase() {
         return lease != null;

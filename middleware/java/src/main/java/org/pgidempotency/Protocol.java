@@ -88,7 +88,7 @@ final class Protocol {
     static final List<String> DEFAULT_METHODS = List.of("POST", "PATCH");
     static final long DEFAULT_MAX_REQUEST_BYTES = 1048576L;
     /** The builder's methods the protocol names. */
-    static final List<String> OPTIONS = List.of("header", "required", "storedHeaders", "storeServerErrors", "waitFor", "ttl", "lease", "tenant", "scope", "scopePerRoute", "methods", "maxRequestBytes", "route");
+    static final List<String> OPTIONS = List.of("header", "required", "storedHeaders", "storeServerErrors", "waitFor", "ttl", "lease", "tenant", "scope", "scopePerRoute", "methods", "maxRequestBytes", "route", "onOutcome");
 
     static final String REPLAYED_HEADER = "Idempotent-Replayed";
     static final String PROBLEM_CONTENT_TYPE = "application/problem+json";

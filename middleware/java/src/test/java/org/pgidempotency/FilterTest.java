@@ -70,6 +70,20 @@ class FilterTest {
     }
 
     @Test
+    void theOutcomeHookIsToldEachOutcomeOnceWithTheRequest() throws Exception {
+        TestApp.OUTCOMES.clear();
+        String key = fresh("key");
+        String item = fresh("item");
+        assertEquals(201, post("/told?item=" + item, key, "{}").statusCode());
+        assertEquals(201, post("/told?item=" + item, key, "{}").statusCode());
+        assertEquals(422, post("/told?item=" + item, key, "{\"other\": 1}").statusCode());
+        assertEquals(500, post("/told?do=throw&item=" + fresh("item"), fresh("key"), "{}").statusCode());
+        assertEquals(400, post("/told", null, "{}").statusCode());
+        assertEquals(List.of("claimed POST", "replayed POST", "mismatch POST", "claimed POST",
+            "refused POST"), TestApp.OUTCOMES);
+    }
+
+    @Test
     void theTenantIsTheScopeAndScopeHooksReplaceIt() throws Exception {
         String key = fresh("key");
         HttpRequest.Builder request = request("/tenant").header("Idempotency-Key", key)

@@ -115,6 +115,10 @@ final class TestApp {
         filter(context, "options", IdempotencyFilter.builder(database).header("X-Key")
             .methods("POST", "PUT").storedHeaders("Content-Type", "Set-Cookie", "X-Extra")
             .storeServerErrors(true).maxRequestBytes(100).build(), "/options");
+        filter(context, "told", IdempotencyFilter.builder(database).onOutcome((outcome, request) -> {
+            OUTCOMES.add(outcome + " " + request.getMethod());
+            throw new IllegalStateException("the outcome hook fails: logged, never answered");
+        }).build(), "/told");
         filter(context, "lease", IdempotencyFilter.builder(database)
             .lease(Duration.ofMinutes(1)).build(), "/lease");
         filter(context, "small", IdempotencyFilter.builder(
@@ -133,11 +137,14 @@ final class TestApp {
             "header", "X-Key", "methods", "PUT"));
         configured.addMappingForUrlPatterns(null, true, "/init");
         ServletRegistration.Dynamic handler = context.addServlet("handler", new Handler());
-        handler.addMapping("/default", "/tenant", "/routed/*", "/scope-hook", "/options", "/lease",
+        handler.addMapping("/default", "/told", "/tenant", "/routed/*", "/scope-hook", "/options", "/lease",
             "/small", "/timeout", "/reader-first", "/init");
         handler.setAsyncSupported(true);
         handler.setMultipartConfig(new MultipartConfigElement(""));
     }
+
+    /** What the /told filter's outcome hook was called with: "outcome METHOD". */
+    static final java.util.List<String> OUTCOMES = new java.util.concurrent.CopyOnWriteArrayList<>();
 
     private static void filter(ServletContext context, String name, Filter filter,
         String... patterns) {
