@@ -2,6 +2,7 @@
 #include "key_digest.hpp"
 #include "boundary.hpp"
 #include "citus_placement.hpp"
+#include "last_key.hpp"
 #include "siphash.hpp"
 #include "store.hpp"
 #include "tenants.hpp"
@@ -38,26 +39,17 @@ static SecretCache secret_cache = {InvalidOid, {}};
 // The digest this backend computed last, and of which key: a request's
 // begin reads its key and its complete writes it, each with its digest.
 // Kept only when made with the cached secret, and forgotten with it.
-constexpr size_t last_digest_max = 256;
-struct LastDigest
-{
-    bool valid;
-    int32 tenant; // the tenant's number
-    uint32 scope_size;
-    uint32 key_size;
-    uint8 bytes[last_digest_max]; // the scope, then the key
-    pg_uuid_t digest;
-};
-static LastDigest last_digest = {false, 0, 0, 0, {}, {}};
+static LastKey<pg_uuid_t> last_digest;
 
 // The first four bytes of the tenant's scope digested last, kept as
 // last_digest is (requests of one scope follow each other).
+constexpr size_t last_scope_max = 256;
 struct LastScope
 {
     bool valid;
     int32 tenant;
     uint32 size;
-    uint8 bytes[last_digest_max];
+    uint8 bytes[last_scope_max];
     uint8 prefix[4];
 };
 static LastScope last_scope = {false, 0, 0, {}, {}};
@@ -67,7 +59,7 @@ void forget_secret(Oid relid)
     if (relid == InvalidOid || relid == secret_cache.relation)
     {
         secret_cache.relation = InvalidOid;
-        last_digest.valid = false;
+        last_digest.forget();
         last_scope.valid = false;
     }
 }
@@ -248,8 +240,7 @@ static void scope_prefix(const uint8 (&secret)[secret_size], int32 tenant, const
 {
     uint32 size = VARSIZE_ANY_EXHDR(scope);
     bool cacheable = OidIsValid(secret_cache.relation) && caches_on() &&
-                     memcmp(secret, secret_cache.bytes, secret_size) == 0 &&
-                     size <= last_digest_max;
+                     memcmp(secret, secret_cache.bytes, secret_size) == 0 && size <= last_scope_max;
     if (cacheable && last_scope.valid && last_scope.tenant == tenant && last_scope.size == size &&
         memcmp(last_scope.bytes, VARDATA_ANY(scope), size) == 0)
     {
@@ -275,32 +266,11 @@ static void scope_prefix(const uint8 (&secret)[secret_size], int32 tenant, const
     last_scope.valid = true;
 }
 
-// Whether `last_digest` is the digest of this key.
-static bool last_digest_of(int32 tenant, const text *scope, const text *key)
+// Whether the digest memo may serve: only digests made with the cached
+// secret are kept, and none while keys are made to collide.
+static bool digest_memo_on()
 {
-    uint32 scope_size = VARSIZE_ANY_EXHDR(scope), key_size = VARSIZE_ANY_EXHDR(key);
-    return last_digest.valid && OidIsValid(secret_cache.relation) && caches_on() &&
-           injected_fault != fault_weak_digest && last_digest.tenant == tenant &&
-           last_digest.scope_size == scope_size && last_digest.key_size == key_size &&
-           memcmp(last_digest.bytes, VARDATA_ANY(scope), scope_size) == 0 &&
-           memcmp(last_digest.bytes + scope_size, VARDATA_ANY(key), key_size) == 0;
-}
-
-static void remember_digest(int32 tenant, const text *scope, const text *key,
-                            const pg_uuid_t &digest)
-{
-    uint32 scope_size = VARSIZE_ANY_EXHDR(scope), key_size = VARSIZE_ANY_EXHDR(key);
-    last_digest.valid = false;
-    if (!OidIsValid(secret_cache.relation) || !caches_on() || injected_fault == fault_weak_digest ||
-        size_t(scope_size) + key_size > last_digest_max)
-        return;
-    last_digest.tenant = tenant;
-    last_digest.scope_size = scope_size;
-    last_digest.key_size = key_size;
-    memcpy(last_digest.bytes, VARDATA_ANY(scope), scope_size);
-    memcpy(last_digest.bytes + scope_size, VARDATA_ANY(key), key_size);
-    last_digest.digest = digest;
-    last_digest.valid = true;
+    return OidIsValid(secret_cache.relation) && caches_on() && injected_fault != fault_weak_digest;
 }
 
 bool key_digest(Oid tenant_role, Datum scope_datum, Datum key_datum, DigestUse use,
@@ -311,11 +281,8 @@ bool key_digest(Oid tenant_role, Datum scope_datum, Datum key_datum, DigestUse u
         return false;
     const text *scope = DatumGetTextPP(scope_datum);
     const text *key_text = DatumGetTextPP(key_datum);
-    if (last_digest_of(tenant, scope, key_text))
-    {
-        *digest = last_digest.digest;
+    if (digest_memo_on() && last_digest.find(tenant, scope, key_text, digest))
         return true;
-    }
     uint8 secret[secret_size];
     if (!database_secret(use, secret, keys))
         return false;
@@ -340,7 +307,10 @@ bool key_digest(Oid tenant_role, Datum scope_datum, Datum key_datum, DigestUse u
         digest->data[4] &= 0xF0;
         memset(digest->data + 5, 0, 11);
     }
-    remember_digest(tenant, scope, key_text, *digest);
+    if (digest_memo_on())
+        last_digest.remember(tenant, scope, key_text, *digest);
+    else
+        last_digest.forget();
     return true;
 }
 

@@ -3,6 +3,7 @@
 // named in its comment.
 #include "shared_claims.hpp"
 #include "boundary.hpp"
+#include "last_key.hpp"
 #include "settings.hpp"
 #include "stats.hpp"
 #include "unsettled.hpp"
@@ -133,51 +134,17 @@ static uint32 tag_hash(const void *key, Size)
 // tags its key to read and to claim it, its complete to find its claim.
 // Safe: a tag is a function of the key and this backend's database alone,
 // so the memo is never stale.
-constexpr size_t last_tag_max = 256;
-struct LastTag
-{
-    bool valid;
-    Oid tenant;
-    uint32 scope_size;
-    uint32 key_size;
-    uint8 bytes[last_tag_max]; // the scope, then the key
-    Tag tag;
-};
-static LastTag last_tag = {false, InvalidOid, 0, 0, {}, {}};
-
-static bool last_tag_of(Oid tenant, const text *scope, const text *name)
-{
-    uint32 scope_size = VARSIZE_ANY_EXHDR(scope), key_size = VARSIZE_ANY_EXHDR(name);
-    return last_tag.valid && caches_on() && last_tag.tenant == tenant &&
-           last_tag.scope_size == scope_size && last_tag.key_size == key_size &&
-           memcmp(last_tag.bytes, VARDATA_ANY(scope), scope_size) == 0 &&
-           memcmp(last_tag.bytes + scope_size, VARDATA_ANY(name), key_size) == 0;
-}
-
-static void remember_tag(Oid tenant, const text *scope, const text *name, const Tag &tag)
-{
-    uint32 scope_size = VARSIZE_ANY_EXHDR(scope), key_size = VARSIZE_ANY_EXHDR(name);
-    last_tag.valid = false;
-    if (!caches_on() || size_t(scope_size) + key_size > last_tag_max)
-        return;
-    last_tag.tenant = tenant;
-    last_tag.scope_size = scope_size;
-    last_tag.key_size = key_size;
-    memcpy(last_tag.bytes, VARDATA_ANY(scope), scope_size);
-    memcpy(last_tag.bytes + scope_size, VARDATA_ANY(name), key_size);
-    last_tag.tag = tag;
-    last_tag.valid = true;
-}
+static LastKey<Tag> last_tag;
 
 static Tag make_tag(const store::Key &key)
 {
     const text *scope = DatumGetTextPP(key.scope);
     const text *name = DatumGetTextPP(key.key);
-    if (last_tag_of(key.tenant, scope, name))
-        return last_tag.tag;
+    Tag tag;
+    if (caches_on() && last_tag.find(key.tenant, scope, name, &tag))
+        return tag;
     int scope_bytes = VARSIZE_ANY_EXHDR(scope);
     int key_bytes = VARSIZE_ANY_EXHDR(name);
-    Tag tag;
     tag.database = MyDatabaseId;
     tag.tenant = key.tenant;
     // Two hashes with different seeds; the scope's length seeds the key's
@@ -191,7 +158,10 @@ static Tag make_tag(const store::Key &key)
             hash_bytes_extended(reinterpret_cast<const unsigned char *>(VARDATA_ANY(name)),
                                 key_bytes, part + uint64(scope_bytes));
     }
-    remember_tag(key.tenant, scope, name, tag);
+    if (caches_on())
+        last_tag.remember(key.tenant, scope, name, tag);
+    else
+        last_tag.forget();
     return tag;
 }
 
