@@ -3,7 +3,7 @@
 # targets that need PGXS (all, install, installcheck, clean ...) stop instead.
 EXTENSION = idempotency
 MODULE_big = idempotency
-OBJS = src/module.o src/settings.o src/boundary.o src/log_gate.o src/sha256.o src/siphash.o src/canonical.o src/request_hash.o src/store.o src/key_digest.o src/tenants.o src/citus_placement.o src/citus_routing.o src/claims.o src/shared_claims.o src/unsettled.o \
+OBJS = src/module.o src/settings.o src/boundary.o src/log_gate.o src/sha256.o src/siphash.o src/canonical.o src/request_hash.o src/store.o src/key_digest.o src/tenants.o src/citus_placement.o src/citus_routing.o src/session.o src/claims.o src/shared_claims.o src/unsettled.o \
        src/arguments.o src/inspect.o \
        src/api.o src/stats.o src/scope_stats.o src/worker.o
 # The SQL edition (edition/, doc/sql-edition.md) installs beside it, for

@@ -1,15 +1,14 @@
 // The SQL functions of a request's life: begin, complete, checkpoint,
-// release, forget.  Each checks its arguments, calls the one entry point of
-// the claims module (claims.hpp) that does what it asks, and builds its
-// result: no rule of the protocol is kept here, no key lock taken, no
-// transaction waited for.
+// release, forget.  Each checks its arguments, makes one call of the routed
+// storage session (session.hpp) -- which runs the claims module's entry
+// point (claims.hpp) that does what it asks, here or on the shard's node --
+// and builds its result: no rule of the protocol is kept here, no key lock
+// taken, no transaction waited for, no storage opened.
 #include "arguments.hpp"
 #include "boundary.hpp"
-#include "citus_routing.hpp"
 #include "claims.hpp"
+#include "session.hpp"
 #include "settings.hpp"
-#include "store.hpp"
-#include "unsettled.hpp"
 
 extern "C"
 {
@@ -33,6 +32,7 @@ using idempotency::claims::BeginRequest;
 using idempotency::claims::Outcome;
 using idempotency::store::Storage;
 namespace claims = idempotency::claims;
+namespace session = idempotency::session;
 namespace settings = idempotency::settings;
 namespace store = idempotency::store;
 
@@ -41,29 +41,6 @@ namespace store = idempotency::store;
 // ---------------------------------------------------------------------------
 
 constexpr const char *outcome_labels[] = {"claimed", "replay", "in_progress", "mismatch"};
-
-enum class ShardRead
-{
-    answered,   // a replay or a mismatch
-    elsewhere,  // the scope's shard is placed on another node
-    needs_write // anything else
-};
-
-// With the keys in Citus shards: a replay or mismatch answered from a read
-// of the shard, which takes no shard metadata lock (citus_placement.hpp) and so never
-// waits behind a shard move.  Anything else needs the shard opened for
-// writing, under that lock, and the key read again there.
-ShardRead answer_from_shard_read(const BeginRequest &request, BeginAnswer *result)
-{
-    Storage storage;
-    if (!store::open_here(AccessShareLock, request.key.scope, &storage))
-        return ShardRead::elsewhere;
-    BeginRequest read_request = request;
-    read_request.key = store::stored_key(storage, request.key);
-    bool answered = claims::answer_from_read(storage, read_request, result);
-    store::close(storage);
-    return answered ? ShardRead::answered : ShardRead::needs_write;
-}
 
 // The OIDs of the outcome enum's labels, kept for the backend: looked up per
 // call they cost four catalog cache probes, and a call in FROM gets a fresh
@@ -240,52 +217,9 @@ bool answer_is_claim(FunctionCallInfo fcinfo, Datum answer)
     return claim;
 }
 
-// A begin whose shard Citus places on another node, run there
-// (citus_routing::forward_call).  Its claim is noted here, where the calling
-// transaction commits, as a claim made here would be.
-Datum forwarded_begin(FunctionCallInfo fcinfo, const BeginRequest &request)
-{
-    Datum answer = idempotency::citus_routing::forward_call(fcinfo, request.key.scope);
-    if (!fcinfo->isnull && answer_is_claim(fcinfo, answer))
-        idempotency::unsettled::note_claim(request.key, request.lease_given);
-    return answer;
-}
-
 // ---------------------------------------------------------------------------
 // The holder's writes: complete, checkpoint, release, forget
 // ---------------------------------------------------------------------------
-
-// Whether a change settles the claim: completes, releases or forgets it.
-enum class Settles
-{
-    no,
-    yes
-};
-
-// The common course of complete, checkpoint, release and forget: opens the
-// storage of the key's scope, lets `change` (a claims entry point) do its
-// work there, and notes a settled claim.  Returns false when Citus places
-// the scope's keys on another node: the call ran there instead
-// (citus_routing::forward_call), and *forwarded is its result.
-template <typename Change>
-bool change_held_claim(FunctionCallInfo fcinfo, const store::Key &key_arg, Settles settles,
-                       Change change, Datum *forwarded)
-{
-    Storage storage;
-    if (!store::open_here(RowExclusiveLock, key_arg.scope, &storage))
-    {
-        *forwarded = idempotency::citus_routing::forward_call(fcinfo, key_arg.scope);
-        if (settles == Settles::yes)
-            idempotency::unsettled::note_settled(key_arg);
-        return false;
-    }
-    store::Key key = store::stored_key(storage, key_arg);
-    change(storage, key);
-    store::close(storage);
-    if (settles == Settles::yes)
-        idempotency::unsettled::note_settled(key);
-    return true;
-}
 
 // An attempt argument, as the fence of a holder's write.
 claims::Fence fence_arg(FunctionCallInfo fcinfo, int n)
@@ -419,37 +353,11 @@ IDEMPOTENCY_FUNCTION(idempotency_begin)
     request.take_over_mismatch = has_arg(fcinfo, 7) && PG_GETARG_BOOL(7);
     require_writable("idempotency_begin");
 
-    if (store::keys_in_shards())
-    {
-        BeginAnswer read_answer;
-        Datum replayed;
-        switch (answer_from_shard_read(request, &read_answer))
-        {
-            case ShardRead::answered:
-                return begin_result(fcinfo, read_answer);
-            case ShardRead::elsewhere:
-                // During a move of that shard, a completed key is answered
-                // there without waiting for the move.
-                if (!request.take_over_mismatch &&
-                    idempotency::citus_routing::forward_replay(
-                        fcinfo, request.key.scope, request.key.key, &replayed, answer_is_claim))
-                    return replayed;
-                break;
-            case ShardRead::needs_write:
-                break;
-        }
-    }
-    Storage storage;
-    if (!store::open_here(RowExclusiveLock, request.key.scope, &storage))
-        return forwarded_begin(fcinfo, request);
-    if (request.has_claim_data)
-        require_column(storage, store::col_claim_data, "claim_data");
-    request.key = store::stored_key(storage, request.key);
-    BeginAnswer result = claims::begin(storage, request);
-    store::close(storage);
-    if (result.outcome == Outcome::claimed)
-        idempotency::unsettled::note_claim(request.key, request.lease_given);
-    return begin_result(fcinfo, result);
+    BeginAnswer answer;
+    Datum forwarded;
+    if (!session::begin(fcinfo, request, answer_is_claim, &answer, &forwarded))
+        return forwarded;
+    return begin_result(fcinfo, answer);
 }
 
 IDEMPOTENCY_FUNCTION(idempotency_complete)
@@ -466,7 +374,7 @@ IDEMPOTENCY_FUNCTION(idempotency_complete)
     bool replace = has_arg(fcinfo, complete_replace) && PG_GETARG_BOOL(complete_replace);
     require_writable("idempotency_complete");
 
-    bool store_response = status < 500 || settings::store_server_errors;
+    bool store_response = claims::stores_response(status);
     if (store_response)
         refuse_oversized(fcinfo, key, stored);
     if (replace && !store_response)
@@ -478,7 +386,6 @@ IDEMPOTENCY_FUNCTION(idempotency_complete)
     TableCheck check = {fcinfo, &key, &stored};
     claims::Response response;
     response.status = status;
-    response.stored = store_response;
     response.replace = replace;
     response.body = optional_arg(fcinfo, complete_body);
     response.body_bytes = optional_arg(fcinfo, complete_body_bytes);
@@ -488,8 +395,8 @@ IDEMPOTENCY_FUNCTION(idempotency_complete)
     response.check_table = check_table_holds;
     response.check_arg = &check;
     Datum forwarded;
-    if (!change_held_claim(
-            fcinfo, key, Settles::yes,
+    if (!session::write(
+            fcinfo, key, claims::Write::complete,
             [&](Storage &storage, const store::Key &stored_key) {
                 (void)claims::complete(storage, stored_key, fence, response);
             },
@@ -510,8 +417,8 @@ IDEMPOTENCY_FUNCTION(idempotency_checkpoint)
 
     TimestampTz lease_end;
     Datum forwarded;
-    if (!change_held_claim(
-            fcinfo, key, Settles::no,
+    if (!session::write(
+            fcinfo, key, claims::Write::checkpoint,
             [&](Storage &storage, const store::Key &stored_key) {
                 lease_end = claims::checkpoint(storage, stored_key, fence, optional_arg(fcinfo, 2),
                                                lease, default_lease());
@@ -528,8 +435,8 @@ IDEMPOTENCY_FUNCTION(idempotency_release)
     require_writable("idempotency_release");
 
     Datum forwarded;
-    if (!change_held_claim(
-            fcinfo, key, Settles::yes,
+    if (!session::write(
+            fcinfo, key, claims::Write::release,
             [&](Storage &storage, const store::Key &stored_key) {
                 claims::release(storage, stored_key, fence);
             },
@@ -549,8 +456,8 @@ IDEMPOTENCY_FUNCTION(idempotency_forget)
 
     bool forgotten = false;
     Datum forwarded;
-    if (!change_held_claim(
-            fcinfo, key, Settles::yes,
+    if (!session::write(
+            fcinfo, key, claims::Write::forget,
             [&](Storage &storage, const store::Key &stored_key) {
                 forgotten = claims::forget(storage, stored_key, fence);
             },

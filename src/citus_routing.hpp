@@ -1,6 +1,7 @@
-// Citus routing, above the SQL functions: a call of the API whose scope's
-// shard Citus places on another node runs there (forward_call,
-// forward_replay, forward_read), and a call Citus may delegate is checked
+// Citus routing: a call of the API whose scope's shard Citus places on
+// another node runs there (forward_call, forward_replay, forward_read; called
+// by the routed storage session, session.hpp, which decides when, and
+// nothing else), and a call Citus may delegate is checked
 // before Citus plans it (guard_delegation); idempotency_distribute(), which
 // makes Citus delegate the calls, first checks the Citus release
 // (idempotency.require_tested_citus(), defined here).  Where keys are placed, under

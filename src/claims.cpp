@@ -6,6 +6,7 @@
 #include "settings.hpp"
 #include "shared_claims.hpp"
 #include "stats.hpp"
+#include "unsettled.hpp"
 
 extern "C"
 {
@@ -334,9 +335,20 @@ bool answer_from_read(const Storage &storage, const BeginRequest &request, Begin
     return true;
 }
 
+void after_begin(const BeginRequest &request, bool claimed)
+{
+    if (claimed)
+        unsettled::note_claim(request.key, request.lease_given);
+}
+
 // ---------------------------------------------------------------------------
 // The holder's writes: complete, checkpoint, release, forget
 // ---------------------------------------------------------------------------
+
+bool stores_response(int32 status)
+{
+    return status < 500 || settings::store_server_errors;
+}
 
 // The key's current record, about to be written by write_held.
 struct HeldClaim
@@ -439,7 +451,8 @@ bool complete(Storage &storage, const store::Key &key, Fence fence, const Respon
     Record &record = claim.record;
     TimestampTz now = GetCurrentTimestamp();
     bool replaced = false;
-    if (!response.stored)
+    bool stored = stores_response(response.status);
+    if (!stored)
     {
         // A server error is transient: drop the claim so that a retry runs again.
         record.set(store::col_lease_expires_at, TimestampTzGetDatum(now));
@@ -471,10 +484,10 @@ bool complete(Storage &storage, const store::Key &key, Fence fence, const Respon
         record.set(store::col_response_body_omitted, BoolGetDatum(!response.body_kept));
     }
     write_held(storage, key, claim);
-    stats::add_if_committed(!response.stored ? stats::server_errors_dropped
-                            : replaced       ? stats::responses_replaced
-                                             : stats::completes);
-    if (response.stored && !response.body_kept)
+    stats::add_if_committed(!stored    ? stats::server_errors_dropped
+                            : replaced ? stats::responses_replaced
+                                       : stats::completes);
+    if (stored && !response.body_kept)
         stats::add_if_committed(stats::responses_omitted);
     return replaced;
 }
@@ -533,6 +546,13 @@ bool forget(Storage &storage, const store::Key &key, Fence fence)
     return forgotten;
 }
 
+void after_write(Write write, const store::Key &key)
+{
+    // A checkpoint renews the claim: it stays as unsettled as it was.
+    if (write != Write::checkpoint)
+        unsettled::note_settled(key);
+}
+
 // ---------------------------------------------------------------------------
 // Reads and expiry
 // ---------------------------------------------------------------------------
@@ -549,6 +569,24 @@ bool lookup(const Storage &storage, const store::Key &key, bool latest, Record *
     if (!record->found)
         return record->held_by_other();
     return record->writer != Writer::committed || !expired(*record, GetCurrentTimestamp());
+}
+
+void list(const Storage &storage, const store::Key &scope, Datum after_key, Snapshot snapshot,
+          int max_records, void (*put)(const Record &record, void *arg), void *arg)
+{
+    store::KeyScan scan =
+        store::begin_key_scan(storage, scope.tenant, scope.scope, after_key, snapshot);
+    TimestampTz now = GetCurrentTimestamp();
+    Record record;
+    for (int listed = 0; listed < max_records && store::next_key(scan, &record);)
+    {
+        if (!live(record, now))
+            continue;
+        put(record, arg);
+        listed++;
+        CHECK_FOR_INTERRUPTS();
+    }
+    store::end_key_scan(scan);
 }
 
 bool expire_here(TimestampTz now, int64 max_rows, store::Pace pace, bool skip_if_busy,

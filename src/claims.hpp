@@ -11,12 +11,15 @@
 //                      the read of a key's newest state that every decision
 //                      starts from (rule R); called by claims.cpp only
 //                      (shared_claims.hpp)
-// The SQL functions (api.cpp, inspect.cpp) call one entry point below for
-// each and take no key lock and wait on no transaction themselves.  The
-// storage layer below (store.hpp) knows rows and versions only, and never
-// calls back.  One rule about commits lives beside this module, in
-// unsettled.hpp: a claim made outside a transaction block must be settled
-// before it commits (IK004).
+// The SQL functions (api.cpp, inspect.cpp) reach one entry point below for
+// each through the routed storage session (session.hpp), which opens the
+// storage or forwards the call to the shard's node, and take no key lock and
+// wait on no transaction themselves.  The storage layer below (store.hpp)
+// knows rows and versions only, and never calls back.  One rule about
+// commits lives beside this module, in unsettled.hpp: a claim made outside a
+// transaction block must be settled before it commits (IK004); this module
+// keeps its books (after_begin, after_write), for a call that ran here and
+// for one forwarded to another node alike.
 //
 // A claim is held by the (sub)transaction that made it, and shows itself
 // through an entry in the shared claims table, a version of the key's row
@@ -286,6 +289,11 @@ BeginAnswer begin(store::Storage &storage, const BeginRequest &request);
 // begin() (with Citus: the shard opened to write).  Counts the answer.
 bool answer_from_read(const store::Storage &storage, const BeginRequest &request,
                       BeginAnswer *answer);
+// The books of the commit (IK004, unsettled.hpp), kept after a begin has
+// run: here, once its storage is closed, or on the shard's node (forwarded
+// by Citus), whose claim this transaction commits all the same.  `claimed`:
+// it answered claimed.
+void after_begin(const BeginRequest &request, bool claimed);
 
 // ---------------------------------------------------------------------------
 // The holder's writes: complete, checkpoint, release, and forget (H, T)
@@ -298,13 +306,24 @@ struct Fence
     int32 attempt;
 };
 
+// The holder's writes, by name.
+enum class Write
+{
+    complete,
+    checkpoint,
+    release,
+    forget
+};
+
+// Whether a response of `status` is stored: false for a server error while
+// idempotency.store_server_errors is off -- complete() then ends the claim's
+// lease instead, so that a retry runs again.
+bool stores_response(int32 status);
+
 // What idempotency_complete stores.
 struct Response
 {
-    int32 status;
-    // False for a server error that is not stored (idempotency.store_server_errors
-    // off): the claim's lease ends instead, so that a retry runs again.
-    bool stored;
+    int32 status; // stored or not as stores_response() says
     bool replace; // may replace a completed record's response, with the fence
     NullableDatum body;
     NullableDatum body_bytes;
@@ -331,6 +350,10 @@ TimestampTz checkpoint(store::Storage &storage, const store::Key &key, Fence fen
 void release(store::Storage &storage, const store::Key &key, Fence fence);
 // Deletes the key's live record; false when there is none.
 bool forget(store::Storage &storage, const store::Key &key, Fence fence);
+// The books of the commit (IK004), kept after a holder's write has run, as
+// after_begin's: complete, release and forget settle the claim.  After the
+// storage is closed, whose AFTER triggers may still fail and undo the write.
+void after_write(Write write, const store::Key &key);
 
 // ---------------------------------------------------------------------------
 // Reads and expiry
@@ -352,6 +375,12 @@ bool write_all();
 // Whether `record`, read at `now`, is there for its readers: found and not
 // expired (E).
 bool live(const store::Record &record, TimestampTz now);
+// Up to `max_records` live records of `scope` (a stored key whose key is
+// unused), after `after_key` in the primary key's order (store::KeyScan),
+// as `snapshot` sees them, each given to put(record, arg).
+void list(const store::Storage &storage, const store::Key &scope, Datum after_key,
+          Snapshot snapshot, int max_records, void (*put)(const store::Record &record, void *arg),
+          void *arg);
 // Whether `record` is past its expiry at `now` (E): a committed record of
 // which the sweep may delete.
 bool expired(const store::Record &record, TimestampTz now);

@@ -1,14 +1,14 @@
 // The SQL functions that read what is stored, expire it and count: lookup,
 // the listing of a scope, key_problem, expire, stats; and the key digest that
-// moves keys in.
+// moves keys in.  A read of a scope's keys is one call of the routed storage
+// session (session.hpp), which reads them here or on the shard's node.
 #include "arguments.hpp"
 #include "boundary.hpp"
-#include "citus_routing.hpp"
 #include "claims.hpp"
 #include "key_digest.hpp"
+#include "session.hpp"
 #include "settings.hpp"
 #include "stats.hpp"
-#include "store.hpp"
 
 extern "C"
 {
@@ -16,14 +16,12 @@ extern "C"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 }
 
 using namespace idempotency::arguments;
 using idempotency::store::Record;
-using idempotency::store::Storage;
 namespace store = idempotency::store;
 namespace settings = idempotency::settings;
 
@@ -90,18 +88,6 @@ const char *status_text(const Record &record)
     return record.completed() ? "completed" : "in_progress";
 }
 
-// A row a forwarded read gave (a composite of the function's row type), as
-// a tuple to copy or store.
-HeapTupleData forwarded_row(Datum composite)
-{
-    HeapTupleData row = {};
-    ItemPointerSetInvalid(&row.t_self);
-    row.t_tableOid = InvalidOid;
-    row.t_data = DatumGetHeapTupleHeader(composite);
-    row.t_len = HeapTupleHeaderGetDatumLength(row.t_data);
-    return row;
-}
-
 // A row of idempotency_lookup (of fewer columns when called through an older
 // version's declaration: heap_form_tuple takes the result type's).  A key
 // that another transaction is deleting has no version to show: it is in
@@ -151,26 +137,13 @@ IDEMPOTENCY_FUNCTION(idempotency_lookup)
         if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
             elog(ERROR, "idempotency_lookup must return a composite type");
         desc = BlessTupleDesc(desc);
-        Storage storage;
-        if (!store::open_here(AccessShareLock, key.scope, &storage))
-        {
-            // Placed on another node: read there (citus_routing::forward_read).
-            Datum *rows;
-            call->user_fctx = nullptr;
-            if (idempotency::citus_routing::forward_read(fcinfo, key.scope, &rows) > 0)
-            {
-                HeapTupleData row = forwarded_row(rows[0]);
-                call->user_fctx = heap_copytuple(&row);
-            }
-        }
-        else
-        {
-            Record record;
-            bool found = idempotency::claims::lookup(storage, store::stored_key(storage, key),
-                                                     latest, &record);
-            store::close(storage);
+        bool found;
+        Record record;
+        HeapTuple forwarded;
+        if (idempotency::session::lookup(fcinfo, key, latest, &found, &record, &forwarded))
             call->user_fctx = found ? lookup_tuple(desc, record) : nullptr;
-        }
+        else
+            call->user_fctx = forwarded; // the row the shard's node answered, if any
         MemoryContextSwitchTo(old);
     }
     call = SRF_PERCALL_SETUP();
@@ -206,8 +179,10 @@ enum KeysColumn
     keys_column_count
 };
 
-void put_key_row(ReturnSetInfo *result, const Record &record)
+// A listed record as a row of the call's result (a session::PutRecord).
+void put_key_row(const Record &record, void *arg)
 {
+    ReturnSetInfo *result = static_cast<ReturnSetInfo *>(arg);
     constexpr store::Column sources[keys_committed] = {
         store::col_key,          store::col_status,
         store::col_attempt,      store::col_response_status,
@@ -244,48 +219,7 @@ IDEMPOTENCY_FUNCTION(idempotency_keys)
                  errdetail("max_keys must be between 1 and %d.", max_keys_per_page),
                  errhidestmt(true)));
     InitMaterializedSRF(fcinfo, 0);
-    ReturnSetInfo *result = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
-    // This transaction's deferred claims are listed as their rows, which
-    // the statement's snapshot sees once written, with a later command id.
-    bool wrote = idempotency::claims::write_all();
-    if (wrote)
-    {
-        PushCopiedSnapshot(ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot());
-        UpdateActiveSnapshotCommandId();
-    }
-    Storage storage;
-    if (!store::open_here(AccessShareLock, scope.scope, &storage))
-    {
-        // Placed on another node: listed there (citus_routing::forward_read).
-        Datum *rows;
-        uint64 count = idempotency::citus_routing::forward_read(fcinfo, scope.scope, &rows);
-        for (uint64 i = 0; i < count; i++)
-        {
-            HeapTupleData row = forwarded_row(rows[i]);
-            tuplestore_puttuple(result->setResult, &row);
-        }
-        if (wrote)
-            PopActiveSnapshot();
-        return (Datum)0;
-    }
-    store::Key stored = store::stored_key(storage, scope);
-    Snapshot snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
-    store::KeyScan scan =
-        store::begin_key_scan(storage, stored.tenant, stored.scope, after_key, snapshot);
-    TimestampTz now = GetCurrentTimestamp();
-    Record record;
-    for (int listed = 0; listed < max_keys && store::next_key(scan, &record);)
-    {
-        if (!idempotency::claims::live(record, now))
-            continue;
-        put_key_row(result, record);
-        listed++;
-        CHECK_FOR_INTERRUPTS();
-    }
-    store::end_key_scan(scan);
-    store::close(storage);
-    if (wrote)
-        PopActiveSnapshot();
+    idempotency::session::list(fcinfo, scope, after_key, max_keys, put_key_row, fcinfo->resultinfo);
     return (Datum)0;
 }
 

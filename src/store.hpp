@@ -209,8 +209,8 @@ struct Record
 // table, opens instead its shard that holds `scope` (citus_placement.hpp).
 Storage open(LOCKMODE lockmode, Datum scope);
 // open() for a call that can be forwarded: false, with `storage` not opened,
-// when Citus places the scope's keys on another node (citus_routing::forward_call
-// runs the call there).
+// when Citus places the scope's keys on another node (the routed session,
+// session.hpp, then forwards the call there).
 bool open_here(LOCKMODE lockmode, Datum scope, Storage *storage);
 
 // The OID of idempotency.keys, locked in AccessShareLock to the end of the

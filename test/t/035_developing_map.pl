@@ -3,7 +3,10 @@
 #    source of src/ (*.hpp, *.cpp, *.txt, *.pl), every folder of test/ and
 #    every file directly in test/ (its scripts) has a line there;
 #  * every C++ file of src/ is in exactly one layer of the table under "Map
-#    of the code", which names nothing that is not in src/.
+#    of the code", which names nothing that is not in src/;
+#  * no #include of a src/ header runs back up: a file includes headers of
+#    its own layer or of the layers below it (the table lists them from the
+#    top).
 # A file added without its line fails here, and the message gives the line to
 # add and where; and a copy of the tree shows that the check fails on such a
 # file, and passes once the line the message gives is added.  Needs no server.
@@ -162,6 +165,34 @@ sub map_problems
 	return @problems;
 }
 
+# Every #include of a src/ header in ROOT's src/ that names a file of a
+# higher layer than the including file's, as "src/FILE -> HEADER".
+sub upward_includes
+{
+	my ($root) = @_;
+	my @layers = layers(slurp("$root/$doc"));
+	my @cxx = map { basename($_) } glob("$root/src/*.{hpp,cpp}");
+	my %rank;
+	for my $i (0 .. $#layers)
+	{
+		for my $pattern (@{ $layers[$i][1] })
+		{
+			$rank{$_} //= $i for ($pattern =~ /\*/ ? matching($pattern, @cxx) : ($pattern));
+		}
+	}
+	my @up;
+	for my $file (sort @cxx)
+	{
+		next unless defined $rank{$file};
+		for my $header (slurp("$root/src/$file") =~ /^\s*#\s*include\s+"([^"\/]+)"/mg)
+		{
+			push @up, "src/$file -> $header"
+			  if defined $rank{$header} && $rank{$header} < $rank{$file};
+		}
+	}
+	return @up;
+}
+
 sub max { my ($x, $y) = @_; return $x > $y ? $x : $y; }
 
 my $text = slurp($doc);
@@ -170,6 +201,9 @@ ok(layers($text) >= 6, "$doc has the table of layers");
 my @problems = map_problems('.');
 is(scalar(@problems), 0, "$doc names every source, test folder and test script, and nothing else")
   or diag(join("\n", @problems));
+my @up = upward_includes('.');
+is(scalar(@up), 0, "no #include in src/ runs up a layer of the map in $doc")
+  or diag(join("\n", @up));
 
 # A skeleton of the tree: every path the layout names, every source of src/
 # and every entry of test/, as empty files and folders.
@@ -218,6 +252,14 @@ close $out or die "$doc: $!";
 @problems = map_problems($copy);
 is(scalar(@problems), 0, 'with the lines the messages give, the check passes')
   or diag(join("\n", @problems));
+
+# An #include of a higher layer's header is found: a claims file that
+# included the expiry worker's would run back up.
+open my $claims, '>', "$copy/src/claims.cpp" or die "claims.cpp: $!";
+print $claims qq{#include "claims.hpp"\n#include "worker.hpp"\n#include "store.hpp"\n};
+close $claims or die "claims.cpp: $!";
+is_deeply([ upward_includes($copy) ], ['src/claims.cpp -> worker.hpp'],
+	'an #include that runs up a layer is found, and one that runs down is not');
 
 # A path the map names that is gone fails, naming the line.
 unlink("$copy/src/unsettled.cpp") or die "unlink: $!";
