@@ -479,13 +479,14 @@ sub go
 		$_->[3] // 0, golang(sqlstate_outcome($p, $_->[2]))) for answers(@$codes);
 	push @l, '}', '', '// The outcomes a request comes to.';
 	push @l, go_block('const', map { [ 'outcome' . goname($_->[0]), golang($_->[0]) ] } @{ $p->{outcomes} });
-	push @l, '', '// The names of spans, attributes and metrics (and their units).';
+	push @l, '', '// The names of spans, attributes and metrics (and their units): exported, for the',
+	  '// module middleware/go/otel and for an OnOutcome hook\'s own counter.';
 	my @names;
 	for my $o (@{ $p->{observability} })
 	{
 		my $id = goname($o->[1] =~ s/^idempotency\.//r =~ s/\./_/gr) . goname($o->[0]);
-		push @names, [ "name$id", golang($o->[1]) ];
-		push @names, [ "unit$id", golang($o->[2]) ] if $o->[2] ne '';
+		push @names, [ "Name$id", golang($o->[1]) ];
+		push @names, [ "Unit$id", golang($o->[2]) ] if $o->[2] ne '';
 	}
 	push @l, go_block('const', @names);
 	push @l, '', '// The options\' defaults (Options, whose zero values stand for them).';

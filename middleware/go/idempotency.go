@@ -92,6 +92,11 @@ type Options struct {
 	// "Observability"), and the request. It is the place for a counter or a span's
 	// attribute; it must not block. Its panic is logged to ErrorLog, never answered.
 	OnOutcome func(outcome string, r *http.Request)
+	// Observer follows each protected request (of Methods) from its start to its outcome,
+	// for tracing: the module middleware/go/otel's Tracing is one, which gives each an
+	// OpenTelemetry span (README.md, "Observability"). Its panic is logged to ErrorLog,
+	// never answered; it must not block.
+	Observer Observer
 	// ErrorLog receives what is answered 500 for a reason the client cannot see: a
 	// database error, a failing hook, a handler's panic. Default: the log package's
 	// standard logger.
@@ -207,8 +212,12 @@ type middleware struct {
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, method := range m.options.Methods {
 		if r.Method == method {
-			reply := m.answer(r)
+			var course Course
+			r = m.start(r, &course)
+			reply := m.answer(r, &course)
 			m.outcome(reply.outcome, r)
+			course.Outcome = reply.outcome
+			m.finish(r, course)
 			reply.send(w)
 			return
 		}
@@ -229,8 +238,60 @@ func (m *middleware) outcome(outcome string, r *http.Request) {
 	m.options.OnOutcome(outcome, r)
 }
 
-// answer is the whole course of a protected request, up to what to send.
-func (m *middleware) answer(r *http.Request) *response {
+// Observer follows each protected request, for tracing (Options.Observer).
+type Observer interface {
+	// Start is called first, before the body is read, with the request; the request it
+	// returns (its context holding a span, say) is the one the middleware goes on with,
+	// the one its handler gets.
+	Start(r *http.Request) *http.Request
+	// Finish is called last, with the request Start returned and what the request came
+	// to, before its answer is sent (after OnOutcome).
+	Finish(r *http.Request, course Course)
+}
+
+// Course is what an Observer learns of a protected request.
+type Course struct {
+	Outcome string // as OnOutcome's
+	Route   string // the canonical route pattern, a part of the fingerprint
+	Scope   string // the key's scope; "" with no key, or when its hook failed
+	Key     string // the key, the header's bytes; "" with none, or not UTF-8
+	Attempt int64  // the claim's attempt (two-phase mode: more than 1 after a takeover); 0 unclaimed
+}
+
+// start calls the Observer's Start, whose panic is logged and leaves the request as it was.
+func (m *middleware) start(r *http.Request, course *Course) (started *http.Request) {
+	if m.options.Observer == nil {
+		return r
+	}
+	course.Route = m.options.Route(r)
+	defer func() {
+		if p := recover(); p != nil {
+			m.options.ErrorLog.Printf("idempotency: the Observer's Start panicked: %v", p)
+			started = r
+		}
+	}()
+	if started = m.options.Observer.Start(r); started == nil {
+		started = r
+	}
+	return started
+}
+
+// finish calls the Observer's Finish, whose panic is logged, not answered.
+func (m *middleware) finish(r *http.Request, course Course) {
+	if m.options.Observer == nil {
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			m.options.ErrorLog.Printf("idempotency: the Observer's Finish panicked: %v", p)
+		}
+	}()
+	m.options.Observer.Finish(r, course)
+}
+
+// answer is the whole course of a protected request, up to what to send; it fills in
+// course what an Observer learns.
+func (m *middleware) answer(r *http.Request, course *Course) *response {
 	body, refused := m.readBody(r)
 	if refused != nil {
 		return refused
@@ -251,6 +312,7 @@ func (m *middleware) answer(r *http.Request) *response {
 		m.options.ErrorLog.Printf("idempotency: the tenant or scope hook failed: %v", err)
 		return answer(answerHookFailed, nil)
 	}
+	course.Scope, course.Key = scope, keys[0]
 	lease := m.options.Lease
 	var session session = m.db
 	if lease > 0 {
@@ -274,6 +336,7 @@ func (m *middleware) answer(r *http.Request) *response {
 		tx.Rollback() // a replay or a refusal wrote nothing
 		return m.unclaimed(begun)
 	}
+	course.Attempt = begun.attempt
 	c := &Claim{session: session, ctx: r.Context(), tx: tx, scope: scope, key: keys[0], attempt: begun.attempt,
 		recoveryPoint: begun.recoveryPoint, lease: lease, transaction: begun.transaction}
 	if lease > 0 {

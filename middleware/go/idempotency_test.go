@@ -7,6 +7,7 @@ package idempotency
 // (test/conformance, test/t/056).
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -345,4 +346,64 @@ type sentRecorder struct {
 func (w *sentRecorder) WriteHeader(status int) {
 	*w.sent = true
 	w.ResponseRecorder.WriteHeader(status)
+}
+
+type observed struct{}
+
+type recordingObserver struct{ courses []Course }
+
+func (o *recordingObserver) Start(r *http.Request) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), observed{}, true))
+}
+
+func (o *recordingObserver) Finish(r *http.Request, course Course) {
+	if r.Context().Value(observed{}) == nil {
+		panic("Finish got another request than Start returned")
+	}
+	o.courses = append(o.courses, course)
+}
+
+type panickingObserver struct{ in string }
+
+func (o panickingObserver) Start(r *http.Request) *http.Request {
+	if o.in == "Start" {
+		panic("Start fails")
+	}
+	return nil // the request as it was
+}
+
+func (o panickingObserver) Finish(*http.Request, Course) {
+	if o.in == "Finish" {
+		panic("Finish fails")
+	}
+}
+
+// An Observer sees each protected request from its start, whose request the middleware
+// goes on with (the hooks get it), to its course: the route, and the key and scope once
+// read; its panic is not answered.
+func TestObserver(t *testing.T) {
+	o := &recordingObserver{}
+	tenantSaw := false
+	options := Options{Observer: o, Tenant: func(r *http.Request) (string, error) {
+		tenantSaw = r.Context().Value(observed{}) != nil
+		return "", errors.New("no tenant")
+	}}
+	h := untouched(options, neverRun)
+	serve(h, httptest.NewRequest("POST", "/orders", nil))
+	keyed := httptest.NewRequest("POST", "/orders/7", nil)
+	keyed.Header.Set("Idempotency-Key", "k-1")
+	if res := serve(h, keyed); res.StatusCode != 500 {
+		t.Errorf("the tenant hook's failure: %d", res.StatusCode)
+	}
+	serve(untouched(options, http.NotFoundHandler()), httptest.NewRequest("GET", "/orders", nil))
+	want := []Course{{Outcome: "refused", Route: "/orders"}, {Outcome: "error", Route: "/orders/7"}}
+	if !reflect.DeepEqual(o.courses, want) || !tenantSaw {
+		t.Errorf("courses %+v (the tenant hook saw Start's request: %v), want %+v", o.courses, tenantSaw, want)
+	}
+	for _, in := range []string{"Start", "Finish"} {
+		h := untouched(Options{Observer: panickingObserver{in}}, neverRun)
+		if res := serve(h, httptest.NewRequest("POST", "/orders", nil)); res.StatusCode != 400 {
+			t.Errorf("a panic in %s changed the answer: %d", in, res.StatusCode)
+		}
+	}
 }

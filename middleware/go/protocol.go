@@ -63,18 +63,19 @@ const (
 	outcomeError       = "error"
 )
 
-// The names of spans, attributes and metrics (and their units).
+// The names of spans, attributes and metrics (and their units): exported, for the
+// module middleware/go/otel and for an OnOutcome hook's own counter.
 const (
-	nameRequestSpan         = "idempotency.request"
-	nameOutcomeAttribute    = "idempotency.outcome"
-	nameScopeAttribute      = "idempotency.scope"
-	nameKeySHA256Attribute  = "idempotency.key_sha256"
-	nameAttemptAttribute    = "idempotency.attempt"
-	nameRouteAttribute      = "idempotency.route"
-	nameRequestsMetric      = "idempotency.requests"
-	unitRequestsMetric      = "{request}"
-	nameBeginDurationMetric = "idempotency.begin.duration"
-	unitBeginDurationMetric = "s"
+	NameRequestSpan         = "idempotency.request"
+	NameOutcomeAttribute    = "idempotency.outcome"
+	NameScopeAttribute      = "idempotency.scope"
+	NameKeySHA256Attribute  = "idempotency.key_sha256"
+	NameAttemptAttribute    = "idempotency.attempt"
+	NameRouteAttribute      = "idempotency.route"
+	NameRequestsMetric      = "idempotency.requests"
+	UnitRequestsMetric      = "{request}"
+	NameBeginDurationMetric = "idempotency.begin.duration"
+	UnitBeginDurationMetric = "s"
 )
 
 // The options' defaults (Options, whose zero values stand for them).

@@ -8,7 +8,9 @@
 # Debian's sources of the drivers and routers (golang-go,
 # golang-github-lib-pq-dev, golang-github-jackc-pgx-v4-dev,
 # golang-github-go-chi-chi-dev, golang-github-gorilla-mux-dev); skips, saying
-# so, without them.
+# so, without them.  The OpenTelemetry module (middleware/go/otel: spans, asserted
+# from the SDK's in-memory exporter) needs golang-opentelemetry-otel-dev besides,
+# and its tests are skipped, saying so, without it.
 use strict;
 use warnings;
 use FindBin;
@@ -94,8 +96,10 @@ go_test('package', $package);
 
 # The example and the integration tests: each a module of its own that requires
 # the package, vendored from Debian's sources as `go get` would have fetched them.
+# The OpenTelemetry module too, where Debian's OpenTelemetry is installed.
+my $otel = -d "$sources/go.opentelemetry.io/otel/sdk/trace/tracetest";
 my %modules;
-for my $name ('examples', 'integration')
+for my $name ('examples', 'integration', $otel ? 'otel' : ())
 {
 	my $dir = "$tmp/$name";
 	system('cp', '-R', "$package/$name", $dir) == 0 or die "cp $name: $?";
@@ -135,6 +139,11 @@ for my $name ('examples', 'integration')
 my ($node, %database) = new_orders_database('go', conf => ['max_connections = 100']);
 go_test('example', $modules{examples}, %database);
 go_test('lib/pq and pgx', $modules{integration}, %database);
+SKIP:
+{
+	skip "middleware/go/otel: Debian's OpenTelemetry is not installed (golang-opentelemetry-otel-dev)", 1 unless $otel;
+	go_test('OpenTelemetry', $modules{otel}, %database);
+}
 
 # Through PgBouncer in transaction mode: lib/pq's unnamed statements need no
 # setting; pgx prepares named ones, which need max_prepared_statements (1.21
