@@ -6,7 +6,7 @@
 // only compares the key's bytes in full, so a hit is the same key.
 #pragma once
 
-#include "pg.hpp"
+#include "compat.hpp" // the varlena macros (varatt.h from PostgreSQL 16 on)
 
 #include <cstring>
 
