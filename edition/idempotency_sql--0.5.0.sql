@@ -220,7 +220,6 @@ BEGIN
     -- "idempotency.request_hash.jsonb.v1" and its terminating NUL.
     pieces[1] := '\x6964656d706f74656e63792e726571756573745f686173682e6a736f6e622e763100'::pg_catalog.bytea;
     IF pg_catalog.jsonb_typeof(document) OPERATOR(pg_catalog.<>) ALL (ARRAY['object', 'array']) THEN
-        -- A top-level scalar is jsonb's raw-scalar pseudo-array.
         -- A top-level scalar is jsonb's raw-scalar pseudo-array: the items
         -- of [scalar], with the opening tag R.
         RETURN pieces[1] OPERATOR(pg_catalog.||) 'R'::pg_catalog.bytea OPERATOR(pg_catalog.||)
