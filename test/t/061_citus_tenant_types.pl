@@ -237,23 +237,7 @@ for my $type (qw(bigint integer uuid))
 	}
 
 	# A distributed handler with the typed tenant, which it passes as text.
-	$query->(
-		qq{CREATE FUNCTION place_order(p_tenant $type, p_key text, p_item text)
-		       RETURNS text LANGUAGE plpgsql AS \$\$
-		   DECLARE
-		       answer idempotency_begin_result;
-		   BEGIN
-		       answer := idempotency_begin(p_tenant::text, p_key, request_hash(p_item));
-		       IF answer.outcome <> 'claimed' THEN
-		           RETURN answer.outcome;
-		       END IF;
-		       INSERT INTO orders (tenant_id, idem_key, item) VALUES (p_tenant, p_key, p_item);
-		       PERFORM idempotency_complete(p_tenant::text, p_key, 201, NULL);
-		       RETURN answer.outcome;
-		   END
-		   \$\$;
-		   SELECT create_distributed_function('place_order($type, text, text)', 'p_tenant',
-		                                      colocate_with => 'orders')});
+	$query->(typed_tenant_handler_sql($type));
 	my $handler_call = sprintf(q{SELECT place_order(%s, 'handled', 'book')}, quote($tenant[3]));
 	is($query->($handler_call), 'claimed', "$type: the distributed handler claims");
 	is($query->($handler_call), 'replay', "$type: ... and replays");

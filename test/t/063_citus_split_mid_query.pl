@@ -39,23 +39,8 @@ query(
 	                       idem_key text NOT NULL, item text NOT NULL,
 	                       PRIMARY KEY (tenant_id, id));
 	  SELECT create_distributed_table('orders', 'tenant_id', shard_count => 4);
-	  SELECT idempotency_distribute('orders');
-	  CREATE FUNCTION place_order(p_tenant bigint, p_key text, p_item text)
-	      RETURNS text LANGUAGE plpgsql AS $$
-	  DECLARE
-	      answer idempotency_begin_result;
-	  BEGIN
-	      answer := idempotency_begin(p_tenant::text, p_key, request_hash(p_item));
-	      IF answer.outcome <> 'claimed' THEN
-	          RETURN answer.outcome;
-	      END IF;
-	      INSERT INTO orders (tenant_id, idem_key, item) VALUES (p_tenant, p_key, p_item);
-	      PERFORM idempotency_complete(p_tenant::text, p_key, 201, NULL);
-	      RETURN answer.outcome;
-	  END
-	  $$;
-	  SELECT create_distributed_function('place_order(bigint, text, text)', 'p_tenant',
-	                                     colocate_with => 'orders')});
+	  SELECT idempotency_distribute('orders');});
+query(typed_tenant_handler_sql('bigint'));
 my @node_ids = map {
 	query(sprintf(q{SELECT nodeid FROM pg_dist_node WHERE nodeport = %d}, $_->port))
 } @workers;

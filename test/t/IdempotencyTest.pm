@@ -27,7 +27,7 @@ our @EXPORT = qw(
   wait_for_promotion keys_text wait_for_sweeps reload_with indexes_checked
   start_pgbouncer citus_missing citus_without_exports start_citus_cluster citus_database
   citus_untested_versions crash_restarts new_orders_database free_tcp_port wait_for_health
-  log_tail new_pg_tle_node
+  log_tail new_pg_tle_node typed_tenant_handler_sql
 );
 
 # A byte-string JSON decoder: each byte of psql's output stays one character,
@@ -182,6 +182,30 @@ sub citus_database
 		sprintf(q{SELECT citus_add_node(%s, %d)}, quote($_->host), $_->port))
 	  for @workers;
 	return;
+}
+
+# The SQL of a distributed handler place_order(p_tenant TYPE, p_key, p_item)
+# whose scope is its typed tenant, passed as text: it claims, inserts the
+# order and completes in one call Citus delegates to the tenant's node.
+sub typed_tenant_handler_sql
+{
+	my ($type) = @_;
+	return qq{CREATE FUNCTION place_order(p_tenant $type, p_key text, p_item text)
+	       RETURNS text LANGUAGE plpgsql AS \$\$
+	   DECLARE
+	       answer idempotency_begin_result;
+	   BEGIN
+	       answer := idempotency_begin(p_tenant::text, p_key, request_hash(p_item));
+	       IF answer.outcome <> 'claimed' THEN
+	           RETURN answer.outcome;
+	       END IF;
+	       INSERT INTO orders (tenant_id, idem_key, item) VALUES (p_tenant, p_key, p_item);
+	       PERFORM idempotency_complete(p_tenant::text, p_key, 201, NULL);
+	       RETURN answer.outcome;
+	   END
+	   \$\$;
+	   SELECT create_distributed_function('place_order($type, text, text)', 'p_tenant',
+	                                      colocate_with => 'orders')};
 }
 
 # Creates and starts a streaming standby of $primary from a fresh base backup.
