@@ -63,22 +63,14 @@ for my $run (@packages)
 	my $dir = $run =~ s{/conformance/run$}{}r;
 	# An absolute path: IPC::Run looks the program up before the chdir of its init.
 	$run = abs_path($run);
-	my ($setups, $why) = ('', '');
-	IPC::Run::run([ $run, 'setups' ], '>', \$setups, '2>', \$why,
-		init => sub { chdir $dir or die "chdir $dir: $!" });
-	my @setups = grep { /\S/ } split /\n/, $setups;
+	my ($listed, $why) = conformance_setups($run, $dir);
+	my @setups = @$listed;
 	if (!@setups)
 	{
 		note "$dir: no setup can run here: $why";
 		next;
 	}
-	my $prepared = PostgreSQL::Test::Utils::tempdir();
-	my ($out, $err) = ('', '');
-	my $ok = IPC::Run::run([ $run, 'prepare', $prepared ],
-		init => sub { chdir $dir or die "chdir $dir: $!" },
-		'>', \$out, '2>', \$err, IPC::Run::timeout(1800));
-	ok($ok, "$dir: the package installs as its users install it") or diag("$out\n$err");
-	next unless $ok;
+	my $prepared = prepare_conformance($run, $dir) or next;
 	run_setup($dir, $run, $prepared, $_, \%database, '') for @setups;
 	run_setup($dir, $run, $prepared, $setups[0], \%edition_database, ' (SQL edition)', \%edition_client);
 }

@@ -52,23 +52,15 @@ for my $package (sort keys %drivers)
 {
 	my $dir = "middleware/$package";
 	my $run = abs_path("$dir/conformance/run");
-	my ($setups, $why) = ('', '');
-	IPC::Run::run([ $run, 'setups' ], '>', \$setups, '2>', \$why,
-		init => sub { chdir $dir or die "chdir $dir: $!" });
-	my %listed = map { $_ => 1 } grep { /\S/ } split /\n/, $setups;
+	my ($listed, $why) = conformance_setups($run, $dir);
+	my %listed = map { $_ => 1 } @$listed;
 	my @setups = grep { $listed{$_} } @{ $drivers{$package} };
 	if (!@setups)
 	{
 		note "$dir: no setup of its drivers can run here: $why";
 		next;
 	}
-	my $prepared = PostgreSQL::Test::Utils::tempdir();
-	my ($out, $err) = ('', '');
-	my $ok = IPC::Run::run([ $run, 'prepare', $prepared ],
-		init => sub { chdir $dir or die "chdir $dir: $!" },
-		'>', \$out, '2>', \$err, IPC::Run::timeout(1800));
-	ok($ok, "$dir: the package installs as its users install it") or diag("$out\n$err");
-	next unless $ok;
+	my $prepared = prepare_conformance($run, $dir) or next;
 	run_setup($dir, $run, $prepared, $_) for @setups;
 }
 

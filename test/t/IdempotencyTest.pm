@@ -27,7 +27,7 @@ our @EXPORT = qw(
   wait_for_promotion keys_text wait_for_sweeps reload_with indexes_checked
   start_pgbouncer citus_missing citus_without_exports start_citus_cluster citus_database
   citus_untested_versions crash_restarts new_orders_database free_tcp_port wait_for_health
-  log_tail new_pg_tle_node typed_tenant_handler_sql
+  log_tail new_pg_tle_node typed_tenant_handler_sql conformance_setups prepare_conformance
 );
 
 # A byte-string JSON decoder: each byte of psql's output stays one character,
@@ -182,6 +182,32 @@ sub citus_database
 		sprintf(q{SELECT citus_add_node(%s, %d)}, quote($_->host), $_->port))
 	  for @workers;
 	return;
+}
+
+# A middleware package's conformance runner (middleware/*/conformance/run, an
+# absolute path; it runs in the package's directory $dir): the setups it can
+# serve here, and why any are missing.
+sub conformance_setups
+{
+	my ($run, $dir) = @_;
+	my ($setups, $why) = ('', '');
+	IPC::Run::run([ $run, 'setups' ], '>', \$setups, '2>', \$why,
+		init => sub { chdir $dir or die "chdir $dir: $!" });
+	return ([ grep { /\S/ } split /\n/, $setups ], $why);
+}
+
+# Installs the package as its users install it, into a new directory (a
+# test of its own); returns that directory, or nothing when it failed.
+sub prepare_conformance
+{
+	my ($run, $dir) = @_;
+	my $prepared = PostgreSQL::Test::Utils::tempdir();
+	my ($out, $err) = ('', '');
+	my $ok = IPC::Run::run([ $run, 'prepare', $prepared ],
+		init => sub { chdir $dir or die "chdir $dir: $!" },
+		'>', \$out, '2>', \$err, IPC::Run::timeout(1800));
+	ok($ok, "$dir: the package installs as its users install it") or diag("$out\n$err");
+	return $ok ? $prepared : ();
 }
 
 # The SQL of a distributed handler place_order(p_tenant TYPE, p_key, p_item)
