@@ -43,16 +43,11 @@ static LastKey<pg_uuid_t> last_digest;
 
 // The first four bytes of the tenant's scope digested last, kept as
 // last_digest is (requests of one scope follow each other).
-constexpr size_t last_scope_max = 256;
-struct LastScope
+struct ScopePrefix
 {
-    bool valid;
-    int32 tenant;
-    uint32 size;
-    uint8 bytes[last_scope_max];
-    uint8 prefix[4];
+    uint8 bytes[4];
 };
-static LastScope last_scope = {false, 0, 0, {}, {}};
+static LastKey<ScopePrefix> last_scope;
 
 void forget_secret(Oid relid)
 {
@@ -60,7 +55,7 @@ void forget_secret(Oid relid)
     {
         secret_cache.relation = InvalidOid;
         last_digest.forget();
-        last_scope.valid = false;
+        last_scope.forget();
     }
 }
 
@@ -238,13 +233,13 @@ struct Input
 static void scope_prefix(const uint8 (&secret)[secret_size], int32 tenant, const text *scope,
                          uint8 *out)
 {
-    uint32 size = VARSIZE_ANY_EXHDR(scope);
+    // Kept only when made with the cached secret, as last_digest is.
     bool cacheable = OidIsValid(secret_cache.relation) && caches_on() &&
-                     memcmp(secret, secret_cache.bytes, secret_size) == 0 && size <= last_scope_max;
-    if (cacheable && last_scope.valid && last_scope.tenant == tenant && last_scope.size == size &&
-        memcmp(last_scope.bytes, VARDATA_ANY(scope), size) == 0)
+                     memcmp(secret, secret_cache.bytes, secret_size) == 0;
+    ScopePrefix prefix;
+    if (cacheable && last_scope.find(tenant, scope, nullptr, &prefix))
     {
-        memcpy(out, last_scope.prefix, 4);
+        memcpy(out, prefix.bytes, 4);
         return;
     }
     uint8 stack[256];
@@ -256,14 +251,13 @@ static void scope_prefix(const uint8 (&secret)[secret_size], int32 tenant, const
     uint64 hash = siphash::hash64(secret, input.data, input.size);
     for (int i = 0; i < 4; i++)
         out[i] = uint8(hash >> (56 - 8 * i));
-    last_scope.valid = false;
-    if (!cacheable)
-        return;
-    last_scope.tenant = tenant;
-    last_scope.size = size;
-    memcpy(last_scope.bytes, VARDATA_ANY(scope), size);
-    memcpy(last_scope.prefix, out, 4);
-    last_scope.valid = true;
+    if (cacheable)
+    {
+        memcpy(prefix.bytes, out, 4);
+        last_scope.remember(tenant, scope, nullptr, prefix);
+    }
+    else
+        last_scope.forget();
 }
 
 // Whether the digest memo may serve: only digests made with the cached

@@ -3,7 +3,8 @@
 // needing the same derived value (its digest, its shared-claims tag).  The
 // owner decides when an entry may be kept and when it must be forgotten
 // (key_digest.cpp and shared_claims.cpp say why theirs are safe); the memo
-// only compares the key's bytes in full, so a hit is the same key.
+// only compares the key's bytes in full, so a hit is the same key.  A memo of
+// a scope alone passes no key (nullptr).
 #pragma once
 
 #include "compat.hpp" // the varlena macros (varatt.h from PostgreSQL 16 on)
@@ -19,10 +20,10 @@ template <typename Value> class LastKey
     // The value remembered for this key, if the memo holds it.
     bool find(int64 tenant, const text *scope, const text *key, Value *value) const
     {
-        uint32 scope_size = VARSIZE_ANY_EXHDR(scope), key_size = VARSIZE_ANY_EXHDR(key);
+        uint32 scope_size = VARSIZE_ANY_EXHDR(scope), key_size = key ? VARSIZE_ANY_EXHDR(key) : 0;
         if (!valid || tenant != tenant_ || scope_size != scope_size_ || key_size != key_size_ ||
             memcmp(bytes_, VARDATA_ANY(scope), scope_size) != 0 ||
-            memcmp(bytes_ + scope_size, VARDATA_ANY(key), key_size) != 0)
+            (key && memcmp(bytes_ + scope_size, VARDATA_ANY(key), key_size) != 0))
             return false;
         *value = value_;
         return true;
@@ -32,7 +33,7 @@ template <typename Value> class LastKey
     // long for the memo's room is not kept (the memo is then empty).
     void remember(int64 tenant, const text *scope, const text *key, const Value &value)
     {
-        uint32 scope_size = VARSIZE_ANY_EXHDR(scope), key_size = VARSIZE_ANY_EXHDR(key);
+        uint32 scope_size = VARSIZE_ANY_EXHDR(scope), key_size = key ? VARSIZE_ANY_EXHDR(key) : 0;
         valid = false;
         if (size_t(scope_size) + key_size > room)
             return;
@@ -40,7 +41,8 @@ template <typename Value> class LastKey
         scope_size_ = scope_size;
         key_size_ = key_size;
         memcpy(bytes_, VARDATA_ANY(scope), scope_size);
-        memcpy(bytes_ + scope_size, VARDATA_ANY(key), key_size);
+        if (key)
+            memcpy(bytes_ + scope_size, VARDATA_ANY(key), key_size);
         value_ = value;
         valid = true;
     }
