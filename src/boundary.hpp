@@ -128,7 +128,8 @@ void errors_without_request_data(void (*body)(void *argument), void *argument);
 // caller's) when that is true and rolled back when it is false; false too
 // when `body` raised an error that `absorbed` accepts -- rolled back,
 // nothing of it left.  Any other error propagates.  `cleanup` runs either
-// way, before `absorbed` is asked; `absorbed(const ErrorData &error)` runs
+// way, before `absorbed` is asked, inside the error's handling, so it must
+// never raise; `absorbed(const ErrorData &error)` runs
 // after the rollback, out of the error, so it may call PostgreSQL (an error
 // it raises propagates).  The parts run through function pointers from
 // boundary.cpp, so that none of their locals share a frame with the setjmp.
@@ -138,6 +139,11 @@ bool absorbing(bool (*absorbed)(const ErrorData &error, void *parts), bool (*bod
 template <typename Absorbed, typename Body, typename Cleanup>
 bool absorbing(Absorbed absorbed, Body body, Cleanup cleanup)
 {
+    // An error that propagates longjmps past this frame and the caller's.
+    static_assert(std::is_trivially_destructible_v<Absorbed> &&
+                      std::is_trivially_destructible_v<Body> &&
+                      std::is_trivially_destructible_v<Cleanup>,
+                  "a PostgreSQL error may skip the parts' destructors: capture by reference");
     struct Parts
     {
         Absorbed &absorbed;

@@ -61,6 +61,9 @@ bool write(FunctionCallInfo fcinfo, const store::Key &key, claims::Write kind, C
            Datum *forwarded)
 {
     using Held = std::remove_reference_t<Callable>;
+    // A PostgreSQL error in `change` longjmps past the caller's frame.
+    static_assert(std::is_trivially_destructible_v<Held>,
+                  "a PostgreSQL error may skip the change's destructor: capture by reference");
     return write(
         fcinfo, key, kind,
         [](store::Storage &storage, const store::Key &stored, void *arg) {
