@@ -342,10 +342,10 @@ Datum forward_call(FunctionCallInfo fcinfo, Datum scope)
 // (boundary.hpp's absorbing): an XX000 after which the scope's shard is no
 // longer `placement`'s is rolled back, and the caller places the scope again
 // -- a begin goes on as one that does not know its key completed (it waits
-// for the lock, then is routed afresh), a read is routed afresh; any other
-// error propagates as before.  This stays local to routing, for the lock-free
-// queries only: once a call is one routed storage session (issue 44) it
-// belongs there.  `pause`: the key of the test pause (lock_free_pause).
+// for the lock, then is routed afresh), a read is placed afresh by the
+// routed session (session.cpp), which opens it here or forwards it again;
+// any other error propagates as before.  `pause`: the key of the test pause
+// (lock_free_pause).
 template <typename Query>
 static bool unless_split(Oid keys, Datum scope, const Placement &placement, uint64 pause,
                          Query query)
@@ -448,28 +448,22 @@ bool forward_replay(FunctionCallInfo fcinfo, Datum scope, Datum key, Datum *answ
     return true;
 }
 
-uint64 forward_read(FunctionCallInfo fcinfo, Datum scope, Datum **rows)
+bool forward_read(FunctionCallInfo fcinfo, Datum scope, Datum **rows, uint64 *count)
 {
     // A read takes no lock here, as on the shard's node (read_placement).
     Oid keys = store::keys_table();
-    for (;;)
-    {
-        Placement placement = place(keys, scope);
-        if (placement.local)
-            not_routed(placement.shard); // moved here since the read looked: retry
-        RoutedCall routed = routed_call(fcinfo, keys, scope, placement, false);
-        uint64 count = 0;
-        bool *nulls = nullptr;
-        // A split that removes the shard meanwhile: routed afresh (each turn
-        // follows a split that committed).
-        if (!unless_split(keys, scope, placement, 18764,
-                          [&] { count = run_routed(routed, route_call, rows, &nulls); }))
-            continue;
-        for (uint64 i = 0; i < count; i++)
-            if (nulls[i])
-                elog(ERROR, "a forwarded read gave a NULL row");
-        return count;
-    }
+    Placement placement = place(keys, scope);
+    if (placement.local)
+        return false; // moved here since the caller looked
+    RoutedCall routed = routed_call(fcinfo, keys, scope, placement, false);
+    bool *nulls = nullptr;
+    if (!unless_split(keys, scope, placement, 18764,
+                      [&] { *count = run_routed(routed, route_call, rows, &nulls); }))
+        return false;
+    for (uint64 i = 0; i < *count; i++)
+        if (nulls[i])
+            elog(ERROR, "a forwarded read gave a NULL row");
+    return true;
 }
 // ---------------------------------------------------------------------------
 // Before Citus plans a call's delegation: NULL and typed scopes checked,

@@ -46,9 +46,12 @@ bool forward_replay(FunctionCallInfo fcinfo, Datum scope, Datum key, Datum *answ
 
 // forward_call for a read (lookup, keys), whose scope's shard is placed on
 // another node: runs it there without a lock here (a read never waits for a
-// move) and returns the number of rows,
-// their values (composites) in *rows, in the caller's memory context.
-uint64 forward_read(FunctionCallInfo fcinfo, Datum scope, Datum **rows);
+// move) and returns true, with the number of rows in *count and their values
+// (composites) in *rows, in the caller's memory context.  False, with
+// nothing done, when the shard is no longer where the caller was told it is
+// -- moved here, or removed by a split while Citus planned the query
+// (unless_split) -- for the caller to place the scope afresh.
+bool forward_read(FunctionCallInfo fcinfo, Datum scope, Datum **rows, uint64 *count);
 
 // While the library is preloaded after Citus (_PG_init): before Citus's
 // planner sees a call of a function that idempotency_distribute()

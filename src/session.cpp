@@ -8,6 +8,7 @@ extern "C"
 {
 #include "access/htup_details.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "utils/snapmgr.h"
 #include "utils/tuplestore.h"
 }
@@ -114,22 +115,32 @@ bool write(FunctionCallInfo fcinfo, const store::Key &key, claims::Write kind, C
 bool lookup(FunctionCallInfo fcinfo, const store::Key &key, bool latest, bool *found,
             store::Record *record, HeapTuple *row)
 {
-    store::Storage storage;
-    if (!store::open_here(AccessShareLock, key.scope, &storage))
+    // Each turn follows a shard move or split that committed meanwhile
+    // (citus_routing::forward_read).
+    for (;;)
     {
+        store::Storage storage;
+        if (store::open_here(AccessShareLock, key.scope, &storage))
+        {
+            *found = claims::lookup(storage, store::stored_key(storage, key), latest, record);
+            store::close(storage);
+            return true;
+        }
         // A read runs there without a lock here: it never waits for a move.
         Datum *rows;
-        *row = nullptr;
-        if (citus_routing::forward_read(fcinfo, key.scope, &rows) > 0)
+        uint64 count = 0;
+        if (citus_routing::forward_read(fcinfo, key.scope, &rows, &count))
         {
-            HeapTupleData first = forwarded_row(rows[0]);
-            *row = heap_copytuple(&first);
+            *row = nullptr;
+            if (count > 0)
+            {
+                HeapTupleData first = forwarded_row(rows[0]);
+                *row = heap_copytuple(&first);
+            }
+            return false;
         }
-        return false;
+        CHECK_FOR_INTERRUPTS();
     }
-    *found = claims::lookup(storage, store::stored_key(storage, key), latest, record);
-    store::close(storage);
-    return true;
 }
 
 void list(FunctionCallInfo fcinfo, const store::Key &scope, Datum after_key, int max_keys,
@@ -143,24 +154,32 @@ void list(FunctionCallInfo fcinfo, const store::Key &scope, Datum after_key, int
         PushCopiedSnapshot(ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot());
         UpdateActiveSnapshotCommandId();
     }
-    store::Storage storage;
-    if (!store::open_here(AccessShareLock, scope.scope, &storage))
+    // Each turn follows a shard move or split that committed meanwhile.
+    for (;;)
     {
+        store::Storage storage;
+        if (store::open_here(AccessShareLock, scope.scope, &storage))
+        {
+            store::Key stored = store::stored_key(storage, scope);
+            Snapshot snapshot =
+                ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
+            claims::list(storage, stored, after_key, snapshot, max_keys, put, arg);
+            store::close(storage);
+            break;
+        }
         ReturnSetInfo *result = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
         Datum *rows;
-        uint64 count = citus_routing::forward_read(fcinfo, scope.scope, &rows);
-        for (uint64 i = 0; i < count; i++)
+        uint64 count = 0;
+        if (citus_routing::forward_read(fcinfo, scope.scope, &rows, &count))
         {
-            HeapTupleData row = forwarded_row(rows[i]);
-            tuplestore_puttuple(result->setResult, &row);
+            for (uint64 i = 0; i < count; i++)
+            {
+                HeapTupleData row = forwarded_row(rows[i]);
+                tuplestore_puttuple(result->setResult, &row);
+            }
+            break;
         }
-    }
-    else
-    {
-        store::Key stored = store::stored_key(storage, scope);
-        Snapshot snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
-        claims::list(storage, stored, after_key, snapshot, max_keys, put, arg);
-        store::close(storage);
+        CHECK_FOR_INTERRUPTS();
     }
     if (wrote)
         PopActiveSnapshot();
