@@ -1024,6 +1024,23 @@ bool holds_keys(const Storage &storage)
     return any;
 }
 
+// Locks the newest version at `tid` into `check` for a delete, only if
+// nobody holds or is changing it (never waits): false otherwise.
+static bool lock_version_if_free(Relation heap, ItemPointer tid, WriteContext *writes,
+                                 TupleTableSlot *check)
+{
+    TM_FailureData failure;
+    return table_tuple_lock(heap, tid, GetActiveSnapshot(), check, writes->estate->es_output_cid,
+                            LockTupleExclusive, LockWaitSkip, 0, &failure) == TM_Ok;
+}
+
+// Deletes the version lock_version_if_free locked into `check`.
+static void delete_locked(WriteContext *writes, TupleTableSlot *check)
+{
+    run_write(
+        [&] { ExecSimpleRelationDelete(writes->result, writes->estate, &writes->epq, check); });
+}
+
 void delete_rows_if_free(Relation relation, bool (*doomed)(TupleTableSlot *slot, void *arg),
                          void *arg)
 {
@@ -1035,13 +1052,8 @@ void delete_rows_if_free(Relation relation, bool (*doomed)(TupleTableSlot *slot,
     {
         if (!doomed(slot, arg))
             continue;
-        TM_FailureData failure;
-        if (table_tuple_lock(relation, &slot->tts_tid, GetActiveSnapshot(), check,
-                             writes->estate->es_output_cid, LockTupleExclusive, LockWaitSkip, 0,
-                             &failure) == TM_Ok)
-            run_write([&] {
-                ExecSimpleRelationDelete(writes->result, writes->estate, &writes->epq, check);
-            });
+        if (lock_version_if_free(relation, &slot->tts_tid, writes, check))
+            delete_locked(writes, check);
         CHECK_FOR_INTERRUPTS();
     }
     table_endscan(scan);
@@ -1227,17 +1239,10 @@ static void delete_if_idle(Sweep &sweep)
         key.tenant = DatumGetObjectId(slot_getattr(slot, storage.attnum(col_tenant), &isnull));
     if (!lock_key(key, false))
         return;
-    TM_FailureData failure;
-    TM_Result locked = table_tuple_lock(sweep.storage.heap, &slot->tts_tid, GetActiveSnapshot(),
-                                        sweep.check, sweep.writes->estate->es_output_cid,
-                                        LockTupleExclusive, LockWaitSkip, 0, &failure);
-    if (locked == TM_Ok)
+    if (lock_version_if_free(sweep.storage.heap, &slot->tts_tid, sweep.writes, sweep.check))
     {
         pause_for_test(fault_pause_before_sweep_delete, 18761);
-        run_write([&] {
-            ExecSimpleRelationDelete(sweep.writes->result, sweep.writes->estate, &sweep.writes->epq,
-                                     sweep.check);
-        });
+        delete_locked(sweep.writes, sweep.check);
         sweep.deleted++;
     }
     unlock_key(key);
