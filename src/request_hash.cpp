@@ -16,6 +16,7 @@
 extern "C"
 {
 #include "catalog/pg_type.h"
+#include "common/cryptohash.h"
 #include "common/hashfn.h"
 #include "lib/stringinfo.h"
 #include "libpq/pqformat.h"
@@ -135,58 +136,33 @@ Datum hash_varlena(const struct varlena *value)
 // Streaming digests: an encoding is hashed as it is produced, never collected
 // whole, so that hashing costs the input plus a constant.  Its bytes gather in
 // a buffer on the stack; an encoding that fits is hashed in one call, as a
-// string is.  One that outgrows the buffer gets a libcrypto context, fed a
-// buffer at a time.  That context is malloc'd by libcrypto, and a PostgreSQL
-// error (a cancel, a failed palloc, the error an exception becomes) may
-// longjmp out of the hashing past any code that would free it.  So it is
-// owned by a memory context made for it, a child of the caller's, whose reset
-// callback frees it: finishing deletes that child, and an error's cleanup,
-// which resets or deletes the caller's context, takes the child with it.
+// string is.  One that outgrows the buffer is fed, a buffer at a time, to
+// PostgreSQL's own SHA-256 context (common/cryptohash.h), which the current
+// resource owner holds: a PostgreSQL error that longjmps out of the hashing
+// (a cancel, a failed palloc, the error an exception becomes) frees it with
+// the (sub)transaction's abort.
 // ---------------------------------------------------------------------------
 
 constexpr size_t digest_buffer_size = 4096;
 
-struct LibcryptoDigest
-{
-    MemoryContextCallback callback;
-    Sha256Context *context; // nullptr once freed
-};
-
 struct DigestStream
 {
-    MemoryContext owner; // nullptr until the encoding outgrows the buffer
-    LibcryptoDigest *digest;
+    pg_cryptohash_ctx *context; // nullptr until the encoding outgrows the buffer
     size_t used;
     uint8_t buffer[digest_buffer_size];
 };
 
-// A reset callback, which PostgreSQL calls (and may call during an error's
-// cleanup): it must neither throw nor raise, and sha256_free does neither.
-void free_libcrypto_digest(void *arg)
+// The IK000 a C++ SHA-256 failure gives (sha256.cpp), for the same failure.
+[[noreturn]] void cryptohash_failed(pg_cryptohash_ctx *context)
 {
-    LibcryptoDigest *digest = static_cast<LibcryptoDigest *>(arg);
-    sha256_free(digest->context);
-    digest->context = nullptr;
+    ereport(ERROR, (errcode(errcode_cxx_exception),
+                    errmsg("SHA-256 computation failed: %s", pg_cryptohash_error(context))));
 }
 
-Sha256Context *libcrypto_context(DigestStream *stream)
+void feed(pg_cryptohash_ctx *context, const void *data, size_t size)
 {
-    if (stream->owner == nullptr)
-    {
-        // The callback is in place before the context exists, so that no
-        // moment leaves it unowned.
-        MemoryContext owner = AllocSetContextCreate(CurrentMemoryContext, "request_hash digest",
-                                                    ALLOCSET_SMALL_SIZES);
-        LibcryptoDigest *digest =
-            static_cast<LibcryptoDigest *>(MemoryContextAllocZero(owner, sizeof(LibcryptoDigest)));
-        digest->callback.func = free_libcrypto_digest;
-        digest->callback.arg = digest;
-        MemoryContextRegisterResetCallback(owner, &digest->callback);
-        stream->owner = owner;
-        stream->digest = digest;
-        digest->context = sha256_begin();
-    }
-    return stream->digest->context;
+    if (pg_cryptohash_update(context, static_cast<const uint8 *>(data), size) < 0)
+        cryptohash_failed(context);
 }
 
 void append_to_digest(void *context, const void *data, size_t size)
@@ -199,8 +175,13 @@ void append_to_digest(void *context, const void *data, size_t size)
         stream->used += size;
         return;
     }
-    Sha256Context *libcrypto = libcrypto_context(stream);
-    sha256_update(libcrypto, stream->buffer, stream->used);
+    if (stream->context == nullptr)
+    {
+        stream->context = pg_cryptohash_create(PG_SHA256);
+        if (pg_cryptohash_init(stream->context) < 0)
+            cryptohash_failed(stream->context);
+    }
+    feed(stream->context, stream->buffer, stream->used);
     stream->used = 0;
     if (size < digest_buffer_size)
     {
@@ -208,15 +189,14 @@ void append_to_digest(void *context, const void *data, size_t size)
         stream->used = size;
     }
     else
-        sha256_update(libcrypto, data, size);
+        feed(stream->context, data, size);
     // A long encoding can be cancelled, after each buffer's worth.
     CHECK_FOR_INTERRUPTS();
 }
 
 canonical::ByteSink digest_sink(DigestStream *stream)
 {
-    stream->owner = nullptr;
-    stream->digest = nullptr;
+    stream->context = nullptr;
     stream->used = 0;
     return canonical::ByteSink{stream, append_to_digest};
 }
@@ -224,14 +204,15 @@ canonical::ByteSink digest_sink(DigestStream *stream)
 Datum finish_digest(DigestStream *stream)
 {
     RequestHash *hash = palloc_request_hash();
-    if (stream->owner == nullptr)
+    if (stream->context == nullptr)
     {
         sha256(stream->buffer, stream->used, hash->bytes);
         return PointerGetDatum(hash);
     }
-    sha256_update(stream->digest->context, stream->buffer, stream->used);
-    sha256_final(stream->digest->context, hash->bytes);
-    MemoryContextDelete(stream->owner); // its callback frees the libcrypto context
+    feed(stream->context, stream->buffer, stream->used);
+    if (pg_cryptohash_final(stream->context, hash->bytes, sizeof(hash->bytes)) < 0)
+        cryptohash_failed(stream->context);
+    pg_cryptohash_free(stream->context);
     return PointerGetDatum(hash);
 }
 

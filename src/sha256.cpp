@@ -19,13 +19,6 @@ namespace idempotency
 namespace
 {
 
-// The opaque handle is libcrypto's context itself (Sha256Context is never
-// defined).
-EVP_MD_CTX *md_context(Sha256Context *context)
-{
-    return reinterpret_cast<EVP_MD_CTX *>(context);
-}
-
 [[noreturn]] void libcrypto_failed()
 {
     throw std::runtime_error("SHA-256 computation in libcrypto failed");
@@ -60,39 +53,6 @@ void sha256(const void *data, size_t size, uint8_t (&digest)[sha256_digest_size]
     if (EVP_Digest(data, size, digest, &written, sha256_algorithm(), nullptr) != 1 ||
         written != sha256_digest_size)
         libcrypto_failed();
-}
-
-Sha256Context *sha256_begin()
-{
-    const EVP_MD *algorithm = sha256_algorithm();
-    EVP_MD_CTX *context = EVP_MD_CTX_new();
-    if (context == nullptr)
-        throw std::bad_alloc();
-    if (EVP_DigestInit_ex(context, algorithm, nullptr) != 1)
-    {
-        EVP_MD_CTX_free(context);
-        libcrypto_failed();
-    }
-    return reinterpret_cast<Sha256Context *>(context);
-}
-
-void sha256_update(Sha256Context *context, const void *data, size_t size)
-{
-    if (EVP_DigestUpdate(md_context(context), data, size) != 1)
-        libcrypto_failed();
-}
-
-void sha256_final(Sha256Context *context, uint8_t (&digest)[sha256_digest_size])
-{
-    unsigned int written = 0;
-    if (EVP_DigestFinal_ex(md_context(context), digest, &written) != 1 ||
-        written != sha256_digest_size)
-        libcrypto_failed();
-}
-
-void sha256_free(Sha256Context *context) noexcept
-{
-    EVP_MD_CTX_free(md_context(context)); // nothing for nullptr
 }
 
 } // namespace idempotency

@@ -1,5 +1,5 @@
 # A request body's fingerprint costs memory and stack in proportion to the
-# body, whatever it says (issue 41), and the digest's libcrypto context never
+# body, whatever it says (issue 41), and the digest's SHA-256 context never
 # outlives an error.
 #
 # Memory.  0.4.0 wrote each JSON number out in full: a 36 kB
@@ -20,13 +20,14 @@
 # by their bytes beyond depth 128 and by their value up to it.
 #
 # Errors.  An encoding longer than the digest's 4 kB buffer is hashed through
-# a libcrypto context, freed by a memory context callback when an error
-# longjmps out.  A backend cancels itself (pg_cancel_backend of its own pid,
-# whose signal arrives before the call returns) just before each hash; the
-# hash notices the cancel after its first buffer went to libcrypto, so each
-# call fails with 57014 while the context exists.  20,000 such calls of each
-# kind must leave the backend's RssAnon flat: a context leaked per call would
-# add about 200 bytes each, 12 MB in all (dropping the callback did).
+# PostgreSQL's SHA-256 context (common/cryptohash.h), which the resource owner
+# frees when an error longjmps out.  A backend cancels itself
+# (pg_cancel_backend of its own pid, whose signal arrives before the call
+# returns) just before each hash; the hash notices the cancel after its first
+# buffer went to the context, so each call fails with 57014 while the context
+# exists.  20,000 such calls of each kind must leave the backend's RssAnon
+# flat: a context leaked per call would add about 200 bytes each, 12 MB in
+# all.
 use strict;
 use warnings;
 use FindBin;
@@ -182,7 +183,7 @@ is( query(q{
 	'3',
 	'the bodies read by value hash as their documents');
 
-# Errors: a cancel inside the hashing, after the libcrypto context exists.
+# Errors: a cancel inside the hashing, after the SHA-256 context exists.
 query(<<'SQL');
 CREATE TABLE fingerprint_samples (label text PRIMARY KEY, rss_anon bigint, contexts bigint);
 CREATE FUNCTION fingerprint_sample(label text) RETURNS void LANGUAGE sql AS $$
@@ -237,7 +238,7 @@ SKIP:
 {
 	skip 'the cancelled hashes failed', 3 if $ret != 0;
 	is((split /\n/, $out)[4], 3 * $calls,
-		'every hash was cancelled inside the call, with its libcrypto context');
+		'every hash was cancelled inside the call, with its SHA-256 context');
 	my ($rss, $contexts) = split /\|/, query(q{
 		SELECT a.rss_anon - b.rss_anon, a.contexts - b.contexts
 		  FROM fingerprint_samples AS a, fingerprint_samples AS b
