@@ -274,16 +274,9 @@ bool has_short_magnitude(Datum number)
         short_number_above = above;
         MemoryContextSwitchTo(caller);
     }
-    LOCAL_FCINFO(call, 2);
-    InitFunctionCallInfoData(*call, nullptr, 2, InvalidOid, nullptr, nullptr);
-    call->args[0].value = number;
-    call->args[0].isnull = false;
-    call->args[1].value = short_number_above;
-    call->args[1].isnull = false;
-    if (DatumGetInt32(numeric_cmp(call)) >= 0)
+    if (DatumGetInt32(DirectFunctionCall2(numeric_cmp, number, short_number_above)) >= 0)
         return false;
-    call->args[1].value = short_number_below;
-    return DatumGetInt32(numeric_cmp(call)) > 0;
+    return DatumGetInt32(DirectFunctionCall2(numeric_cmp, number, short_number_below)) > 0;
 }
 
 // A number in its short or binary form (canonical.hpp), from numeric's own
