@@ -117,6 +117,7 @@ extern "C"
 #include "access/parallel.h"
 #include "commands/prepare.h"
 #include "mb/pg_wchar.h"
+#include "parser/scansup.h"
 #include "tcop/tcopprot.h"
 #include "utils/elog.h"
 #include "utils/memutils.h"
@@ -170,7 +171,7 @@ static const char *skip_blanks(const char *c) noexcept
 {
     for (;;)
     {
-        while (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r' || *c == '\f' || *c == '\v')
+        while (scanner_isspace(*c)) // the server's lexer's white space
             c++;
         if (c[0] == '-' && c[1] == '-')
         {
